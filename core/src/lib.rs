@@ -1,0 +1,29 @@
+//! inferno-core: everything of the inferno inference engine that is the same on every target.
+//!
+//! Module map:
+//! - [`formats`]: GGUF and Hugging Face (safetensors) readers and a GGUF writer, from bytes.
+//! - [`config`]: the model's shape, read from metadata.
+//! - [`quant`]: block formats and reference quantizers.
+//! - [`tokenizer`], [`chat`]: text <-> token ids, chat templates.
+//! - [`kernels`]: THE reduction contract and the per-backend function tables.
+//! - [`parallel`]: how core asks for independent work to be split (core never spawns threads).
+//! - [`model`]: immutable weights and the forward pass.
+//! - [`session`]: tokens + KV cache; append / truncate / fork / sync_draft.
+//! - [`sampler`]: seeded, portable token selection.
+//! - [`engine`]: weights + tokenizer + kernels; the API used by the CLI and the browser.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod chat;
+pub mod config;
+pub mod error;
+pub mod formats;
+pub mod kernels;
+pub mod model;
+pub mod parallel;
+pub mod quant;
+pub mod sampler;
+pub mod session;
+pub mod tokenizer;
+pub mod engine;
+
+pub use error::{Error, Result};

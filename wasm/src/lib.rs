@@ -1,0 +1,1 @@
+//! (browser crate: a later issue)
