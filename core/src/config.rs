@@ -1,11 +1,24 @@
 //! ModelConfig: the shape and hyper-parameters of a Llama-family model, read from GGUF metadata
-//! or an HF config.json. Nothing here is hard-coded per model.
+//! or an HF config.json (and written back to either). Nothing here is hard-coded per model.
+
+use serde_json::{json, Value as Json};
+
+use crate::formats::gguf::{GgufFile, Value};
+use crate::{Error, Result};
+
+/// Architectures the one Llama forward computes.
+pub const ARCHITECTURES: [&str; 4] = ["llama", "qwen2", "qwen3", "mistral"];
 
 /// How RoPE frequencies are scaled (HF `rope_scaling`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
     /// Llama 3.1's "llama3" frequency-dependent scaling.
-    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_context: usize },
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_context: usize,
+    },
     /// Plain linear position interpolation.
     Linear { factor: f32 },
 }
@@ -61,15 +74,368 @@ impl ModelConfig {
             return bad("context_length must be positive");
         }
         // Bounds that keep every allocation below ~2^40 elements on hostile metadata.
-        if self.dim > 1 << 16 || self.hidden_dim > 1 << 18 || self.n_layers > 1024
-            || self.n_heads > 1024 || self.head_dim > 1024 || self.vocab_size > 1 << 22
+        if self.dim > 1 << 16
+            || self.hidden_dim > 1 << 18
+            || self.n_layers > 1024
+            || self.n_heads > 1024
+            || self.head_dim > 1024
+            || self.vocab_size > 1 << 22
             || self.context_length > 1 << 24
         {
             return bad("dimensions are implausibly large");
         }
-        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) || !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0)
+            || !(self.rope_theta.is_finite() && self.rope_theta > 0.0)
+        {
             return bad("rms_eps and rope_theta must be finite, rope_theta positive");
         }
         Ok(())
+    }
+}
+
+fn check_architecture(arch: &str) -> Result<String> {
+    if ARCHITECTURES.contains(&arch) {
+        Ok(arch.to_string())
+    } else {
+        Err(Error::UnsupportedArchitecture(arch.to_string()))
+    }
+}
+
+impl ModelConfig {
+    /// Reads the config from GGUF metadata (`{arch}.*` keys) and, where metadata is silent, from
+    /// the tensor table: tied output, attention biases and QK-norm are decided by which tensors
+    /// exist, because that is what the forward will find.
+    pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig> {
+        let architecture = check_architecture(file.architecture()?)?;
+        let key = |k: &str| format!("{architecture}.{k}");
+        let dim = file.get_usize(&key("embedding_length"))?;
+        let n_heads = file.get_usize(&key("attention.head_count"))?;
+        let n_kv_heads = file
+            .opt_usize(&key("attention.head_count_kv"))?
+            .unwrap_or(n_heads);
+        let head_dim = match file.opt_usize(&key("attention.key_length"))? {
+            Some(d) => d,
+            None if n_heads > 0 => dim / n_heads,
+            None => 0, // validate() names the real problem
+        };
+        // The embedding's row count is what the forward indexes; metadata and the token list
+        // are the fallbacks for files that lack the tensor (a broken file fails later anyway).
+        let embd_rows = file
+            .tensor_info("token_embd.weight")
+            .and_then(|t| t.dims.get(1))
+            .and_then(|&d| usize::try_from(d).ok());
+        let vocab_size = match file.opt_usize(&key("vocab_size"))? {
+            Some(v) => v,
+            None => match embd_rows {
+                Some(rows) => rows,
+                None => file
+                    .opt_array("tokenizer.ggml.tokens")?
+                    .map_or(0, |t| t.len()),
+            },
+        };
+        let rope_scaling = Self::gguf_rope_scaling(file, &architecture)?;
+        let config = ModelConfig {
+            dim,
+            hidden_dim: file.get_usize(&key("feed_forward_length"))?,
+            n_layers: file.get_usize(&key("block_count"))?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            vocab_size,
+            context_length: file.get_usize(&key("context_length"))?,
+            rms_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
+            rope_theta: file.opt_f32(&key("rope.freq_base"))?.unwrap_or(10000.0),
+            rope_scaling,
+            tied_embeddings: file.tensor_info("output.weight").is_none(),
+            attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
+            qk_norm: file.tensor_info("blk.0.attn_q_norm.weight").is_some(),
+            architecture,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn gguf_rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>> {
+        let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+        let kind = file.opt_str(&key("type"))?;
+        let factor = || file.get_f32(&key("factor"));
+        let scaling = match kind {
+            None | Some("none") => None,
+            Some("linear") => Some(RopeScaling::Linear { factor: factor()? }),
+            // Not written by llama.cpp (it bakes llama3 scaling into `rope_freqs.weight`), but by
+            // inferno's converter, so a converted file keeps the parameters.
+            Some("llama3") => Some(RopeScaling::Llama3 {
+                factor: factor()?,
+                low_freq_factor: file.get_f32(&key("low_freq_factor"))?,
+                high_freq_factor: file.get_f32(&key("high_freq_factor"))?,
+                original_context: file.get_usize(&key("original_context_length"))?,
+            }),
+            Some(other) => {
+                return Err(Error::metadata(
+                    key("type"),
+                    format!("unsupported RoPE scaling '{other}'"),
+                ))
+            }
+        };
+        if scaling.is_none() && file.tensor_info("rope_freqs.weight").is_some() {
+            // llama.cpp's per-frequency factors (Llama 3.1+): ignoring them would silently give
+            // wrong results past the original context, so say so instead.
+            return Err(Error::metadata(
+                "rope_freqs.weight",
+                "per-frequency RoPE factors (llama.cpp's llama3 scaling) are not supported; convert from the HF directory instead",
+            ));
+        }
+        Ok(scaling)
+    }
+
+    /// The `{arch}.*` metadata that [`ModelConfig::from_gguf`] reads back, for writers.
+    pub fn to_gguf_metadata(&self) -> Vec<(String, Value)> {
+        let arch = &self.architecture;
+        let key = |k: &str| format!("{arch}.{k}");
+        let u32_of = |n: usize| Value::U32(n as u32);
+        let mut out = vec![
+            (
+                "general.architecture".to_string(),
+                Value::String(arch.clone()),
+            ),
+            (key("embedding_length"), u32_of(self.dim)),
+            (key("feed_forward_length"), u32_of(self.hidden_dim)),
+            (key("block_count"), u32_of(self.n_layers)),
+            (key("attention.head_count"), u32_of(self.n_heads)),
+            (key("attention.head_count_kv"), u32_of(self.n_kv_heads)),
+            (key("attention.key_length"), u32_of(self.head_dim)),
+            (key("attention.value_length"), u32_of(self.head_dim)),
+            (key("rope.dimension_count"), u32_of(self.head_dim)),
+            (key("context_length"), u32_of(self.context_length)),
+            (key("vocab_size"), u32_of(self.vocab_size)),
+            (
+                key("attention.layer_norm_rms_epsilon"),
+                Value::F32(self.rms_eps),
+            ),
+            (key("rope.freq_base"), Value::F32(self.rope_theta)),
+        ];
+        match &self.rope_scaling {
+            None => {}
+            Some(RopeScaling::Linear { factor }) => {
+                out.push((key("rope.scaling.type"), Value::String("linear".into())));
+                out.push((key("rope.scaling.factor"), Value::F32(*factor)));
+            }
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_context,
+            }) => {
+                out.push((key("rope.scaling.type"), Value::String("llama3".into())));
+                out.push((key("rope.scaling.factor"), Value::F32(*factor)));
+                out.push((
+                    key("rope.scaling.low_freq_factor"),
+                    Value::F32(*low_freq_factor),
+                ));
+                out.push((
+                    key("rope.scaling.high_freq_factor"),
+                    Value::F32(*high_freq_factor),
+                ));
+                out.push((
+                    key("rope.scaling.original_context_length"),
+                    u32_of(*original_context),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Reads an HF config.json. `tied_embeddings`, `attention_bias` and `qk_norm` come from the
+    /// file's fields here; [`crate::formats::ModelSource::from_hf`] then corrects them by which
+    /// tensors the checkpoint actually holds.
+    pub fn from_hf_json(text: &str) -> Result<ModelConfig> {
+        let json: Json =
+            serde_json::from_str(text).map_err(|e| Error::format("config.json", e.to_string()))?;
+        let bad = |key: &str, want: &str| {
+            Error::metadata(format!("config.json {key}"), format!("expected {want}"))
+        };
+        let opt_usize = |key: &str| -> Result<Option<usize>> {
+            match json.get(key) {
+                None | Some(Json::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .map(Some)
+                    .ok_or_else(|| bad(key, "a non-negative integer")),
+            }
+        };
+        let usize_of =
+            |key: &str| opt_usize(key)?.ok_or_else(|| bad(key, "a non-negative integer (missing)"));
+        let opt_f32 = |v: Option<&Json>, key: &str| -> Result<Option<f32>> {
+            match v {
+                None | Some(Json::Null) => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .map(|x| Some(x as f32))
+                    .ok_or_else(|| bad(key, "a number")),
+            }
+        };
+        let opt_bool = |key: &str| -> Result<Option<bool>> {
+            match json.get(key) {
+                None | Some(Json::Null) => Ok(None),
+                Some(v) => v.as_bool().map(Some).ok_or_else(|| bad(key, "a bool")),
+            }
+        };
+
+        let architecture = match json.get("model_type").and_then(Json::as_str) {
+            Some(t) => t.to_string(),
+            None => {
+                let class = json
+                    .get("architectures")
+                    .and_then(|a| a.get(0))
+                    .and_then(Json::as_str)
+                    .unwrap_or("(none)");
+                class
+                    .strip_suffix("ForCausalLM")
+                    .map_or(class.to_string(), str::to_lowercase)
+            }
+        };
+        let architecture = check_architecture(&architecture)?;
+
+        let dim = usize_of("hidden_size")?;
+        let n_heads = usize_of("num_attention_heads")?;
+        let n_kv_heads = opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
+        let head_dim = match opt_usize("head_dim")? {
+            Some(d) => d,
+            None if n_heads > 0 => dim / n_heads,
+            None => 0,
+        };
+        // transformers 5 moved rope_theta and the scaling parameters into rope_parameters.
+        let rope_parameters = json.get("rope_parameters").filter(|v| v.is_object());
+        let rope_theta = match opt_f32(json.get("rope_theta"), "rope_theta")? {
+            Some(t) => t,
+            None => opt_f32(
+                rope_parameters.and_then(|p| p.get("rope_theta")),
+                "rope_parameters.rope_theta",
+            )?
+            .unwrap_or(10000.0),
+        };
+        let scaling_json = json
+            .get("rope_scaling")
+            .filter(|v| !v.is_null())
+            .or(rope_parameters);
+        let rope_scaling = match scaling_json {
+            None => None,
+            Some(s) => Self::hf_rope_scaling(s)?,
+        };
+        let config = ModelConfig {
+            dim,
+            hidden_dim: usize_of("intermediate_size")?,
+            n_layers: usize_of("num_hidden_layers")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            vocab_size: usize_of("vocab_size")?,
+            context_length: usize_of("max_position_embeddings")?,
+            rms_eps: opt_f32(json.get("rms_norm_eps"), "rms_norm_eps")?.unwrap_or(1e-6),
+            rope_theta,
+            rope_scaling,
+            tied_embeddings: opt_bool("tie_word_embeddings")?.unwrap_or(false),
+            // Qwen2 configs carry no attention_bias key but always have Q/K/V biases.
+            attention_bias: opt_bool("attention_bias")?.unwrap_or(architecture == "qwen2"),
+            qk_norm: architecture == "qwen3",
+            architecture,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn hf_rope_scaling(s: &Json) -> Result<Option<RopeScaling>> {
+        let kind = s
+            .get("rope_type")
+            .or_else(|| s.get("type"))
+            .and_then(Json::as_str)
+            .unwrap_or("default");
+        let num = |key: &str| -> Result<f32> {
+            s.get(key)
+                .and_then(Json::as_f64)
+                .map(|x| x as f32)
+                .ok_or_else(|| {
+                    Error::metadata(
+                        format!("config.json rope_scaling.{key}"),
+                        "expected a number",
+                    )
+                })
+        };
+        Ok(match kind {
+            "default" => None,
+            "linear" => Some(RopeScaling::Linear {
+                factor: num("factor")?,
+            }),
+            "llama3" => Some(RopeScaling::Llama3 {
+                factor: num("factor")?,
+                low_freq_factor: num("low_freq_factor")?,
+                high_freq_factor: num("high_freq_factor")?,
+                original_context: s
+                    .get("original_max_position_embeddings")
+                    .and_then(Json::as_u64)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| {
+                        Error::metadata(
+                            "config.json rope_scaling.original_max_position_embeddings",
+                            "expected an integer",
+                        )
+                    })?,
+            }),
+            other => {
+                return Err(Error::metadata(
+                    "config.json rope_scaling",
+                    format!("unsupported RoPE scaling '{other}'"),
+                ))
+            }
+        })
+    }
+
+    /// An HF config.json for this config (for `inferno convert`), readable by transformers.
+    pub fn to_hf_json(&self) -> String {
+        let class = match self.architecture.as_str() {
+            "qwen2" => "Qwen2ForCausalLM",
+            "qwen3" => "Qwen3ForCausalLM",
+            "mistral" => "MistralForCausalLM",
+            _ => "LlamaForCausalLM",
+        };
+        let rope_scaling = match &self.rope_scaling {
+            None => Json::Null,
+            Some(RopeScaling::Linear { factor }) => {
+                json!({ "rope_type": "linear", "factor": factor })
+            }
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_context,
+            }) => json!({
+                "rope_type": "llama3",
+                "factor": factor,
+                "low_freq_factor": low_freq_factor,
+                "high_freq_factor": high_freq_factor,
+                "original_max_position_embeddings": original_context,
+            }),
+        };
+        let config = json!({
+            "architectures": [class],
+            "model_type": self.architecture,
+            "hidden_act": "silu",
+            "hidden_size": self.dim,
+            "intermediate_size": self.hidden_dim,
+            "num_hidden_layers": self.n_layers,
+            "num_attention_heads": self.n_heads,
+            "num_key_value_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.context_length,
+            "rms_norm_eps": self.rms_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": rope_scaling,
+            "tie_word_embeddings": self.tied_embeddings,
+            "attention_bias": self.attention_bias,
+            "torch_dtype": "float32",
+        });
+        serde_json::to_string_pretty(&config).unwrap_or_default()
     }
 }

@@ -9,6 +9,7 @@ pub mod safetensors;
 
 use crate::config::ModelConfig;
 use crate::quant::GgmlType;
+use crate::Result;
 
 /// A tensor as stored: type, shape and the bytes (little-endian) it occupies.
 #[derive(Debug, Clone)]
@@ -62,8 +63,76 @@ pub struct SpecialTokens {
     pub add_bos: bool,
 }
 
+/// Tokens that end a turn in the chat formats we know; their ids join [`SpecialTokens::eos_extra`].
+pub const END_OF_TURN_TOKENS: [&str; 4] = ["<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"];
+
 impl<'a> ModelSource<'a> {
     pub fn tensor(&self, name: &str) -> Option<&RawTensor<'a>> {
         self.tensors.iter().find(|t| t.name == name)
     }
+
+    /// Everything a model is built from, out of a parsed GGUF file (tensor data is borrowed).
+    pub fn from_gguf(file: &gguf::GgufFile<'a>) -> Result<ModelSource<'a>> {
+        let config = ModelConfig::from_gguf(file)?;
+        let tensors = file
+            .tensors
+            .iter()
+            .map(|info| {
+                Ok(RawTensor {
+                    name: info.name.clone(),
+                    ty: info.ty,
+                    shape: info.shape()?,
+                    data: file.tensor_data(info),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // llama.cpp's converter permutes Q/K rows for llama and mistral only; Qwen keeps HF order.
+        let qk_row_order = match config.architecture.as_str() {
+            "llama" | "mistral" => QkRowOrder::Interleaved,
+            _ => QkRowOrder::HalfSplit,
+        };
+        let tokenizer_metadata: Vec<(String, gguf::Value)> = file
+            .metadata
+            .iter()
+            .filter(|(k, _)| k.starts_with("tokenizer."))
+            .cloned()
+            .collect();
+        let chat_template = file.opt_str("tokenizer.chat_template")?.map(str::to_string);
+        // SentencePiece ("llama") vocabularies expect a BOS, byte-level BPE ("gpt2") ones do not.
+        let add_bos_default = file.opt_str("tokenizer.ggml.model")? == Some("llama");
+        let eos = file.opt_u32("tokenizer.ggml.eos_token_id")?;
+        let eos_extra = match file.opt_array("tokenizer.ggml.tokens")? {
+            Some(tokens) => end_of_turn_ids(tokens.iter().map(|t| t.as_str()), eos),
+            None => Vec::new(),
+        };
+        let special = SpecialTokens {
+            bos: file.opt_u32("tokenizer.ggml.bos_token_id")?,
+            eos,
+            eos_extra,
+            add_bos: file
+                .opt_bool("tokenizer.ggml.add_bos_token")?
+                .unwrap_or(add_bos_default),
+        };
+        Ok(ModelSource {
+            config,
+            tensors,
+            qk_row_order,
+            tokenizer: TokenizerSource::Gguf(tokenizer_metadata),
+            chat_template,
+            special,
+        })
+    }
+}
+
+/// Ids of the [`END_OF_TURN_TOKENS`] found in a vocabulary listed in id order, except `eos`.
+fn end_of_turn_ids<'t>(
+    tokens: impl Iterator<Item = Option<&'t str>>,
+    eos: Option<u32>,
+) -> Vec<u32> {
+    tokens
+        .enumerate()
+        .filter(|(_, t)| t.is_some_and(|t| END_OF_TURN_TOKENS.contains(&t)))
+        .filter_map(|(id, _)| u32::try_from(id).ok())
+        .filter(|&id| Some(id) != eos)
+        .collect()
 }
