@@ -64,10 +64,13 @@ impl ModelConfig {
         if self.dim == 0 || self.hidden_dim == 0 || self.n_layers == 0 || self.vocab_size == 0 {
             return bad("dim, hidden_dim, n_layers and vocab_size must be positive");
         }
-        if self.n_heads == 0 || self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_heads == 0
+            || self.n_kv_heads == 0
+            || !self.n_heads.is_multiple_of(self.n_kv_heads)
+        {
             return bad("n_heads must be a positive multiple of n_kv_heads");
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad("head_dim must be positive and even");
         }
         if self.context_length == 0 {
@@ -84,8 +87,10 @@ impl ModelConfig {
         {
             return bad("dimensions are implausibly large");
         }
-        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0)
-            || !(self.rope_theta.is_finite() && self.rope_theta > 0.0)
+        if !(self.rms_eps.is_finite()
+            && self.rms_eps >= 0.0
+            && self.rope_theta.is_finite()
+            && self.rope_theta > 0.0)
         {
             return bad("rms_eps and rope_theta must be finite, rope_theta positive");
         }

@@ -264,7 +264,7 @@ impl<'a> Reader<'a> {
     /// so a hostile count cannot make us allocate.
     fn count(&mut self, min_size: u64, what: &str) -> Result<usize> {
         let n = self.u64(what)?;
-        let needed = n.checked_mul(min_size).unwrap_or(u64::MAX);
+        let needed = n.saturating_mul(min_size);
         if needed > self.remaining() {
             return Err(self.truncated(what, needed));
         }
@@ -419,10 +419,7 @@ impl<'a> GgufFile<'a> {
             });
         }
 
-        let data_offset = (r.pos as u64)
-            .div_ceil(alignment)
-            .checked_mul(alignment)
-            .unwrap_or(u64::MAX);
+        let data_offset = (r.pos as u64).div_ceil(alignment).saturating_mul(alignment);
         let data_len = (bytes.len() as u64).saturating_sub(data_offset);
         for t in &tensors {
             let size = t.byte_size().ok_or_else(|| {
@@ -563,8 +560,11 @@ impl<'a> GgufFile<'a> {
 #[derive(Debug, Default)]
 pub struct GgufWriter<'a> {
     metadata: Vec<(String, Value)>,
-    tensors: Vec<(String, GgmlType, Vec<usize>, Cow<'a, [u8]>)>,
+    tensors: Vec<PendingTensor<'a>>,
 }
+
+/// A tensor waiting to be written: name, type, shape outermost-first, bytes.
+type PendingTensor<'a> = (String, GgmlType, Vec<usize>, Cow<'a, [u8]>);
 
 fn put_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
