@@ -1,1 +1,174 @@
-//! (being written)
+//! Engine: weights + tokenizer + chat template + kernels + parallel executor. The public API
+//! that the CLI, the server and the browser use; cheap to clone (one shared, immutable inner).
+
+use std::sync::Arc;
+
+use crate::chat::{ChatMessage, ChatTemplate};
+use crate::config::ModelConfig;
+use crate::formats::gguf::GgufFile;
+use crate::formats::{ModelSource, SpecialTokens, TokenizerSource};
+use crate::kernels::Kernels;
+use crate::model::{WeightDtype, Weights};
+use crate::parallel::{Parallel, Serial};
+use crate::session::Session;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// How to build an [`Engine`].
+#[derive(Clone, Default)]
+pub struct EngineOptions {
+    pub dtype: WeightDtype,
+    /// None: `Kernels::select()` (INFERNO_KERNELS or the best for this host).
+    pub kernels: Option<&'static Kernels>,
+    /// None: run serially.
+    pub parallel: Option<Arc<dyn Parallel>>,
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    weights: Arc<Weights>,
+    tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
+    special: SpecialTokens,
+    kernels: &'static Kernels,
+    parallel: Arc<dyn Parallel>,
+}
+
+impl Engine {
+    /// Builds an engine from any parsed model format.
+    pub fn from_source(source: &ModelSource<'_>, options: EngineOptions) -> Result<Engine> {
+        Self::from_source_with_progress(source, options, &mut |_, _| {})
+    }
+
+    pub fn from_source_with_progress(
+        source: &ModelSource<'_>,
+        options: EngineOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Engine> {
+        let tokenizer = build_tokenizer(&source.tokenizer)?;
+        let special = source.special.clone();
+        let token_text =
+            |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
+        let (bos, eos) = (token_text(special.bos), token_text(special.eos));
+        let template = match &source.chat_template {
+            Some(t) => ChatTemplate::new(t, &bos, &eos)?,
+            None => ChatTemplate::chatml(),
+        };
+        let weights = Weights::load_with_progress(source, options.dtype, progress)?;
+        let kernels = match options.kernels {
+            Some(k) => k,
+            None => Kernels::select()?,
+        };
+        let parallel = options.parallel.unwrap_or_else(|| Arc::new(Serial));
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                weights: Arc::new(weights),
+                tokenizer: Arc::new(tokenizer),
+                template: Arc::new(template),
+                special,
+                kernels,
+                parallel,
+            }),
+        })
+    }
+
+    /// Builds an engine from the bytes of a GGUF file.
+    pub fn from_gguf_bytes(bytes: &[u8], options: EngineOptions) -> Result<Engine> {
+        let file = GgufFile::parse(bytes)?;
+        let source = ModelSource::from_gguf(&file)?;
+        Self::from_source(&source, options)
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.inner.weights.config
+    }
+
+    pub fn weights(&self) -> &Weights {
+        &self.inner.weights
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.inner.tokenizer
+    }
+
+    pub fn special_tokens(&self) -> &SpecialTokens {
+        &self.inner.special
+    }
+
+    pub fn kernels(&self) -> &'static Kernels {
+        self.inner.kernels
+    }
+
+    pub fn parallel(&self) -> &dyn Parallel {
+        &*self.inner.parallel
+    }
+
+    /// The same model with other kernels or another executor (cheap: the weights are shared).
+    pub fn with_kernels(&self, kernels: &'static Kernels, parallel: Arc<dyn Parallel>) -> Engine {
+        let i = &self.inner;
+        Engine {
+            inner: Arc::new(Inner {
+                weights: i.weights.clone(),
+                tokenizer: i.tokenizer.clone(),
+                template: i.template.clone(),
+                special: i.special.clone(),
+                kernels,
+                parallel,
+            }),
+        }
+    }
+
+    pub fn new_session(&self) -> Session {
+        Session::new(self)
+    }
+
+    /// Token ids for a raw prompt: BOS first if the model asks for it, special tokens parsed.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        if self.inner.special.add_bos {
+            ids.extend(self.inner.special.bos);
+        }
+        ids.extend(self.inner.tokenizer.encode(text)?);
+        if ids.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        Ok(ids)
+    }
+
+    /// Renders a conversation with the model's chat template.
+    pub fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.inner.template.render(messages, add_generation_prompt)
+    }
+
+    /// Token ids of a rendered conversation (the template writes BOS itself where it wants one).
+    pub fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>> {
+        let text = self.render_chat(messages, add_generation_prompt)?;
+        self.inner.tokenizer.encode(&text)
+    }
+
+    /// True for EOS and the chat models' end-of-turn tokens.
+    pub fn is_end_of_generation(&self, id: u32) -> bool {
+        let s = &self.inner.special;
+        s.eos == Some(id) || s.eos_extra.contains(&id)
+    }
+}
+
+/// The tokenizer a model source describes.
+pub fn build_tokenizer(source: &TokenizerSource) -> Result<Tokenizer> {
+    match source {
+        TokenizerSource::Json(json) => Tokenizer::from_json(json),
+        TokenizerSource::Gguf(meta) => Tokenizer::from_gguf_metadata(meta),
+    }
+}

@@ -15,6 +15,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod formats;
 pub mod kernels;
@@ -24,6 +25,5 @@ pub mod quant;
 pub mod sampler;
 pub mod session;
 pub mod tokenizer;
-pub mod engine;
 
 pub use error::{Error, Result};

@@ -1,1 +1,314 @@
-//! (being written)
+//! Session: one sequence's tokens and KV cache. `append` runs a batched forward, `truncate`
+//! drops positions, `fork` copies, `sync_draft` prefills a message while it is being typed.
+//! Because of the reduction contract, any sequence of these operations leaves the same logits
+//! as one forward over the final tokens.
+
+use crate::engine::Engine;
+use crate::model::{KvCache, LogitsFor};
+use crate::sampler::Sampler;
+use crate::tokenizer::StreamDecoder;
+use crate::{Error, Result};
+
+#[derive(Clone)]
+pub struct Session {
+    engine: Engine,
+    tokens: Vec<u32>,
+    cache: KvCache,
+    /// Logits after the last token, if computed since the last change.
+    last_logits: Option<Vec<f32>>,
+}
+
+/// What `sync_draft` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DraftSync {
+    /// Tokens kept from before (after the anchor).
+    pub reused: usize,
+    /// Tokens newly prefilled.
+    pub prefilled: usize,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("tokens", &self.tokens.len())
+            .finish()
+    }
+}
+
+impl Session {
+    pub fn new(engine: &Engine) -> Session {
+        Session {
+            engine: engine.clone(),
+            tokens: Vec::new(),
+            cache: KvCache::new(engine.config(), engine.weights().dtype),
+            last_logits: None,
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Positions left before the context is full.
+    pub fn remaining(&self) -> usize {
+        self.engine
+            .config()
+            .context_length
+            .saturating_sub(self.tokens.len())
+    }
+
+    /// Bytes held by the KV cache.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.bytes_used()
+    }
+
+    /// Runs the model over `tokens` (one batched forward) and keeps the logits of the last.
+    pub fn append(&mut self, tokens: &[u32]) -> Result<()> {
+        self.forward(tokens, LogitsFor::Last).map(|_| ())
+    }
+
+    /// Like [`Session::append`], but returns the logits of every new position
+    /// (`tokens.len() * vocab_size`), e.g. for perplexity or speculative verification.
+    pub fn append_all_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.forward(tokens, LogitsFor::All)
+    }
+
+    /// Prefills without computing logits (they are computed on demand by [`Session::logits`]).
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<()> {
+        self.forward(tokens, LogitsFor::None).map(|_| ())
+    }
+
+    fn forward(&mut self, tokens: &[u32], want: LogitsFor) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let e = &self.engine;
+        let result = e
+            .weights()
+            .forward(e.kernels(), e.parallel(), &mut self.cache, tokens, want);
+        match result {
+            Ok(logits) => {
+                self.tokens.extend_from_slice(tokens);
+                let vocab = e.config().vocab_size;
+                self.last_logits = match want {
+                    LogitsFor::None => None,
+                    _ => Some(logits[logits.len() - vocab..].to_vec()),
+                };
+                Ok(logits)
+            }
+            Err(err) => {
+                // A failed forward may have written part of the cache: drop what is not ours.
+                self.cache.truncate(self.tokens.len());
+                Err(err)
+            }
+        }
+    }
+
+    /// The logits after the last token (recomputing the last position if they were dropped).
+    pub fn logits(&mut self) -> Result<&[f32]> {
+        if self.last_logits.is_none() {
+            let Some(&last) = self.tokens.last() else {
+                return Err(Error::EmptyPrompt);
+            };
+            self.truncate(self.tokens.len() - 1);
+            self.append(&[last])?;
+        }
+        Ok(self.last_logits.as_deref().unwrap_or_default())
+    }
+
+    /// Drops every position >= n. A length change: nothing is copied or recomputed.
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.tokens.len() {
+            self.tokens.truncate(n);
+            self.cache.truncate(n);
+            self.last_logits = None;
+        }
+    }
+
+    /// A copy of this session (e.g. a prefilled system prompt every conversation starts from).
+    pub fn fork(&self) -> Session {
+        self.clone()
+    }
+
+    /// Makes the session hold exactly `target`: keeps the longest common prefix, drops the
+    /// rest and prefills what is new. Returns how many tokens were reused.
+    pub fn sync_tokens(&mut self, target: &[u32]) -> Result<usize> {
+        let common = common_prefix(&self.tokens, target);
+        self.truncate(common);
+        self.prefill(&target[common..])?;
+        Ok(common)
+    }
+
+    /// Compose-while-typing: `text` is a draft that follows the first `anchor` tokens. The draft
+    /// is re-tokenized, the longest matching prefix after the anchor is kept and the rest is
+    /// prefilled. The last token is held back unless the text ends at a safe boundary
+    /// (whitespace or punctuation), since more typing could still merge into it.
+    pub fn sync_draft(&mut self, anchor: usize, text: &str) -> Result<DraftSync> {
+        if anchor > self.tokens.len() {
+            return Err(Error::InvalidArgument(format!(
+                "draft anchor {anchor} is past the session's {} tokens",
+                self.tokens.len()
+            )));
+        }
+        let mut ids = self.engine.tokenizer().encode(text)?;
+        let safe_end = text
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_whitespace() || c.is_ascii_punctuation());
+        if !safe_end {
+            ids.pop();
+        }
+        let room = self.remaining() + (self.tokens.len() - anchor);
+        ids.truncate(room);
+        let reused = common_prefix(&self.tokens[anchor..], &ids);
+        self.truncate(anchor + reused);
+        self.prefill(&ids[reused..])?;
+        Ok(DraftSync {
+            reused,
+            prefilled: ids.len() - reused,
+        })
+    }
+
+    /// Samples and appends up to `max_tokens` tokens, calling `on_text` with each piece of
+    /// decoded text (never half a UTF-8 character). Stops at an end-of-generation token, a stop
+    /// string (not emitted), `max_tokens`, a full context, or when `on_text` returns false.
+    pub fn generate(
+        &mut self,
+        sampler: &mut Sampler,
+        max_tokens: usize,
+        stop: &[String],
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generated> {
+        let mut out = Generated::default();
+        let mut decoder = StreamDecoder::new();
+        let mut pending = String::new(); // text held back: it may be the start of a stop string
+        let engine = self.engine.clone();
+        let tokenizer = engine.tokenizer();
+        let mut emit =
+            |text: &str, pending: &mut String, out: &mut Generated, last: bool| -> bool {
+                pending.push_str(text);
+                if let Some((at, _)) = stop
+                    .iter()
+                    .filter(|s| !s.is_empty())
+                    .filter_map(|s| pending.find(s.as_str()).map(|i| (i, s)))
+                    .min()
+                {
+                    pending.truncate(at);
+                    out.text.push_str(pending);
+                    if !pending.is_empty() {
+                        on_text(pending);
+                    }
+                    pending.clear();
+                    out.stop = Some(StopReason::StopString);
+                    return false;
+                }
+                let hold = if last {
+                    0
+                } else {
+                    stop_prefix_len(pending, stop)
+                };
+                let ready = pending.len() - hold;
+                if ready > 0 {
+                    let piece: String = pending.drain(..ready).collect();
+                    out.text.push_str(&piece);
+                    return on_text(&piece);
+                }
+                true
+            };
+        while out.tokens.len() < max_tokens {
+            if self.remaining() == 0 {
+                out.stop = Some(StopReason::ContextFull);
+                break;
+            }
+            if self.last_logits.is_none() {
+                self.logits()?;
+            }
+            let logits = self.last_logits.as_deref().unwrap_or_default();
+            let tok = sampler.sample(logits, &self.tokens);
+            if self.engine.is_end_of_generation(tok) {
+                out.stop = Some(StopReason::EndOfGeneration);
+                out.end_token = Some(tok);
+                break;
+            }
+            self.append(&[tok])?;
+            out.tokens.push(tok);
+            let piece = decoder.push(tokenizer, tok)?;
+            if !emit(&piece, &mut pending, &mut out, false) {
+                out.stop.get_or_insert(StopReason::Cancelled);
+                break;
+            }
+        }
+        if out.stop != Some(StopReason::StopString) {
+            let rest = decoder.flush(tokenizer)?;
+            emit(&rest, &mut pending, &mut out, true);
+        }
+        out.stop.get_or_insert(StopReason::MaxTokens);
+        Ok(out)
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    EndOfGeneration,
+    StopString,
+    MaxTokens,
+    ContextFull,
+    Cancelled,
+}
+
+/// The result of [`Session::generate`].
+#[derive(Debug, Clone, Default)]
+pub struct Generated {
+    /// Sampled tokens appended to the session (the end token is not among them).
+    pub tokens: Vec<u32>,
+    /// The end-of-generation token that stopped it, if one did.
+    pub end_token: Option<u32>,
+    /// The text emitted (stop string excluded).
+    pub text: String,
+    pub stop: Option<StopReason>,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Length of the longest suffix of `text` that is a proper prefix of some stop string, so it is
+/// held back until the next piece decides.
+fn stop_prefix_len(text: &str, stop: &[String]) -> usize {
+    let mut best = 0;
+    for s in stop {
+        for (i, _) in s.char_indices().skip(1) {
+            if i > best && text.ends_with(&s[..i]) {
+                best = i;
+            }
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_prefix_len_holds_partial_stop_strings() {
+        let stop = vec!["</s>".to_string(), "User:".to_string()];
+        assert_eq!(stop_prefix_len("hello </", &stop), 2);
+        assert_eq!(stop_prefix_len("hello Us", &stop), 2);
+        assert_eq!(stop_prefix_len("hello", &stop), 0);
+        assert_eq!(stop_prefix_len("x<", &stop), 1);
+    }
+}

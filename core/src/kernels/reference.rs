@@ -1,1 +1,278 @@
-//! (being written)
+//! The reference backend: plain scalar Rust that DEFINES every floating-point result of the
+//! forward pass (DESIGN.md section 3). Every SIMD backend is a twin of a function here and must
+//! return the same bits. Written for clarity, not speed; the order of every sum is normative.
+
+use super::math::exp;
+use super::{Input, Kernels, KvSlice, Matrix, MatrixData};
+use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
+
+pub static KERNELS: Kernels = Kernels {
+    name: "reference",
+    dot_f32,
+    quantize_q8,
+    dot_q4_0_q8,
+    dot_q4_1_q8,
+    dot_q8_0_q8,
+    matmul,
+    rmsnorm,
+    silu_mul,
+    rope,
+    attention,
+};
+
+/// Rule 2: the f32 dot of length n, for any element type, given the i-th product.
+/// Element i goes to accumulator `acc[(i / 8) % 4][i % 8]`; the 32 partial sums are folded in
+/// the fixed tree below. SIMD twins keep 4 accumulators of 8 lanes and fold the same way.
+#[inline(always)]
+pub fn dot_by(n: usize, product: impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [[0.0f32; 8]; 4];
+    for i in 0..n {
+        let a = &mut acc[(i / 8) % 4][i % 8];
+        *a = *a + product(i);
+    }
+    fold_accumulators(&acc)
+}
+
+/// The fixed tree that ends every rule-2 dot.
+#[inline(always)]
+pub fn fold_accumulators(acc: &[[f32; 8]; 4]) -> f32 {
+    let s: [f32; 8] = std::array::from_fn(|l| (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]));
+    ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
+}
+
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot_f32 operands differ in length");
+    dot_by(a.len(), |i| a[i] * b[i])
+}
+
+/// Rule 3: activations quantized per 32-block, `d = amax / 127`, `q = round_ties_even(x * 127/amax)`.
+pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
+    assert_eq!(
+        x.len(),
+        out.len() * QK,
+        "quantize_q8: x must fill the blocks exactly"
+    );
+    for (xb, block) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let amax = xb
+            .iter()
+            .fold(0.0f32, |m, v| if v.abs() > m { v.abs() } else { m });
+        let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+        let mut sum = 0i32;
+        for (q, &v) in block.qs.iter_mut().zip(xb) {
+            // |v * id| <= 127 up to one rounding, and `as` saturates: q stays in [-127, 127].
+            *q = ((v * id).round_ties_even() as i32).clamp(-127, 127) as i8;
+            sum += *q as i32;
+        }
+        block.d = amax / 127.0;
+        block.sum = sum;
+    }
+}
+
+/// Rule 4 for Q4_0 weights: exact integer sum per block, then `acc + isum * (dw * dx)` in block order.
+pub fn dot_q4_0_q8(w: &[BlockQ4_0], x: &[BlockQ8Act]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q4_0_q8: block counts differ");
+    let mut acc = 0.0f32;
+    for (wb, xb) in w.iter().zip(x) {
+        let mut isum = 0i32;
+        for j in 0..QK / 2 {
+            isum += ((wb.qs[j] & 15) as i32 - 8) * xb.qs[j] as i32;
+            isum += ((wb.qs[j] >> 4) as i32 - 8) * xb.qs[j + QK / 2] as i32;
+        }
+        acc = acc + isum as f32 * (f16_to_f32(wb.d) * xb.d);
+    }
+    acc
+}
+
+/// Rule 4 for Q4_1 weights: `acc + (isum * (dw * dx) + sum_x * (mw * dx))` in block order.
+pub fn dot_q4_1_q8(w: &[BlockQ4_1], x: &[BlockQ8Act]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q4_1_q8: block counts differ");
+    let mut acc = 0.0f32;
+    for (wb, xb) in w.iter().zip(x) {
+        let mut isum = 0i32;
+        for j in 0..QK / 2 {
+            isum += (wb.qs[j] & 15) as i32 * xb.qs[j] as i32;
+            isum += (wb.qs[j] >> 4) as i32 * xb.qs[j + QK / 2] as i32;
+        }
+        let dx = xb.d;
+        acc =
+            acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum as f32 * (f16_to_f32(wb.m) * dx));
+    }
+    acc
+}
+
+/// Rule 4 for Q8_0 weights.
+pub fn dot_q8_0_q8(w: &[BlockQ8_0], x: &[BlockQ8Act]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q8_0_q8: block counts differ");
+    let mut acc = 0.0f32;
+    for (wb, xb) in w.iter().zip(x) {
+        let isum: i32 = wb
+            .qs
+            .iter()
+            .zip(&xb.qs)
+            .map(|(&a, &b)| a as i32 * b as i32)
+            .sum();
+        acc = acc + isum as f32 * (f16_to_f32(wb.d) * xb.d);
+    }
+    acc
+}
+
+/// `out[t][r - rows.start] = dot(w[r], x[t])` for the rows `first_row .. first_row + out[t].len()`
+/// and every token t. Quantized weights read Q8 activations, float weights f32 activations.
+pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
+    let cols = w.cols;
+    for (t, out_t) in out.iter_mut().enumerate() {
+        for (i, o) in out_t.iter_mut().enumerate() {
+            let r = first_row + i;
+            *o = match (&w.data, x) {
+                (MatrixData::F32(d), Input::F32(x)) => {
+                    dot_f32(&d[r * cols..(r + 1) * cols], &x[t * cols..(t + 1) * cols])
+                }
+                (MatrixData::F16(d), Input::F32(x)) => {
+                    let (wr, xt) = (&d[r * cols..(r + 1) * cols], &x[t * cols..(t + 1) * cols]);
+                    dot_by(cols, |i| f16_to_f32(wr[i]) * xt[i])
+                }
+                (MatrixData::BF16(d), Input::F32(x)) => {
+                    let (wr, xt) = (&d[r * cols..(r + 1) * cols], &x[t * cols..(t + 1) * cols]);
+                    dot_by(cols, |i| bf16_to_f32(wr[i]) * xt[i])
+                }
+                (MatrixData::Q4_0(d), Input::Q8(x)) => {
+                    let nb = cols / QK;
+                    dot_q4_0_q8(&d[r * nb..(r + 1) * nb], &x[t * nb..(t + 1) * nb])
+                }
+                (MatrixData::Q4_1(d), Input::Q8(x)) => {
+                    let nb = cols / QK;
+                    dot_q4_1_q8(&d[r * nb..(r + 1) * nb], &x[t * nb..(t + 1) * nb])
+                }
+                (MatrixData::Q8_0(d), Input::Q8(x)) => {
+                    let nb = cols / QK;
+                    dot_q8_0_q8(&d[r * nb..(r + 1) * nb], &x[t * nb..(t + 1) * nb])
+                }
+                _ => panic!("matmul: weight type and activation type do not match"),
+            };
+        }
+    }
+}
+
+/// Rule 5: `r = 1 / sqrt(dot(x, x) / n + eps)`, `y_i = (x_i * r) * w_i`.
+pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    assert!(
+        x.len() == weight.len() && x.len() == out.len(),
+        "rmsnorm: lengths differ"
+    );
+    let r = 1.0 / (dot_f32(x, x) / x.len() as f32 + eps).sqrt();
+    for ((o, &xi), &wi) in out.iter_mut().zip(x).zip(weight) {
+        *o = (xi * r) * wi;
+    }
+}
+
+/// Rule 5: SwiGLU's gate, in place: `g = (g / (1 + exp(-g))) * u`.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "silu_mul: lengths differ");
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = (*g / (1.0 + exp(-*g))) * u;
+    }
+}
+
+/// Rule 5: rotates every head of `x` (n_heads * head_dim) by the angles whose cosines and sines
+/// are `cos`, `sin` (head_dim / 2 each); pairs are (i, i + head_dim/2).
+pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+    let half = head_dim / 2;
+    assert!(
+        x.len() % head_dim == 0 && cos.len() == half && sin.len() == half,
+        "rope: bad shapes"
+    );
+    for head in x.chunks_exact_mut(head_dim) {
+        for i in 0..half {
+            let (x0, x1) = (head[i], head[i + half]);
+            head[i] = x0 * cos[i] - x1 * sin[i];
+            head[i + half] = x0 * sin[i] + x1 * cos[i];
+        }
+    }
+}
+
+/// Positions per block of the online softmax (rule 6).
+pub const ATTENTION_BLOCK: usize = 64;
+
+/// Rule 6: attention of one query head over `n_pos` cached positions.
+/// `keys`/`values` are a layer's cache (f16 by the contract; f32 on the verification path), one
+/// row of `stride` elements per position; this head's vectors start at `offset` in each row.
+/// `out` gets head_dim values.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    keys: KvSlice<'_>,
+    values: KvSlice<'_>,
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    match (keys, values) {
+        (KvSlice::F16(k), KvSlice::F16(v)) => {
+            attention_by(q, k, v, f16_to_f32, n_pos, stride, offset, scale, out)
+        }
+        (KvSlice::F32(k), KvSlice::F32(v)) => {
+            attention_by(q, k, v, |x: f32| x, n_pos, stride, offset, scale, out)
+        }
+        _ => panic!("attention: keys and values differ in type"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn attention_by<T: Copy>(
+    q: &[f32],
+    keys: &[T],
+    values: &[T],
+    load: impl Fn(T) -> f32,
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let head_dim = q.len();
+    assert!(
+        out.len() == head_dim && offset + head_dim <= stride,
+        "attention: bad shapes"
+    );
+    assert!(
+        keys.len() >= n_pos * stride && values.len() >= n_pos * stride,
+        "attention: cache too short"
+    );
+    let mut m = f32::NEG_INFINITY;
+    let mut l = 0.0f32;
+    out.fill(0.0);
+    let mut scores = [0.0f32; ATTENTION_BLOCK];
+    let mut start = 0;
+    while start < n_pos {
+        let end = (start + ATTENTION_BLOCK).min(n_pos);
+        let mut block_max = f32::NEG_INFINITY;
+        for t in start..end {
+            let k = &keys[t * stride + offset..t * stride + offset + head_dim];
+            let s = dot_by(head_dim, |i| q[i] * load(k[i])) * scale;
+            scores[t - start] = s;
+            block_max = if s > block_max { s } else { block_max };
+        }
+        let m_new = if block_max > m { block_max } else { m };
+        let c = exp(m - m_new);
+        l = l * c;
+        for o in out.iter_mut() {
+            *o = *o * c;
+        }
+        for t in start..end {
+            let p = exp(scores[t - start] - m_new);
+            l = l + p;
+            let v = &values[t * stride + offset..t * stride + offset + head_dim];
+            for (o, &vi) in out.iter_mut().zip(v) {
+                *o = *o + p * load(vi);
+            }
+        }
+        m = m_new;
+        start = end;
+    }
+    for o in out.iter_mut() {
+        *o = *o / l;
+    }
+}
