@@ -10,12 +10,14 @@
 //! - [`model`]: immutable weights and the forward pass.
 //! - [`session`]: tokens + KV cache; append / truncate / fork / sync_draft.
 //! - [`sampler`]: seeded, portable token selection.
+//! - [`eval`]: perplexity scoring.
 //! - [`engine`]: weights + tokenizer + kernels; the API used by the CLI and the browser.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod chat;
 pub mod config;
 pub mod engine;
+pub mod eval;
 pub mod error;
 pub mod formats;
 pub mod kernels;

@@ -1,9 +1,7 @@
 //! `inferno`: run, chat with, inspect, convert and quantize Llama-family models on this CPU.
 //! Generated text goes to stdout; progress, stats and errors to stderr.
 
-mod convert;
-mod load;
-mod pool;
+use inferno_native::{convert, load, pool};
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -56,6 +54,20 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
         text: String,
+    },
+    /// Perplexity of a text file: non-overlapping windows (every token but each window's first)
+    /// and llama-perplexity's scoring (second half of full windows). No BOS unless the model asks.
+    Perplexity {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The text file to score.
+        file: PathBuf,
+        /// Window length in tokens.
+        #[arg(long, default_value_t = 512)]
+        window: usize,
+        /// Score only the first N windows (0: all).
+        #[arg(long, default_value_t = 0)]
+        windows: usize,
     },
     /// Print what a model file holds: architecture, shape, tensor types, tokenizer.
     Info {
@@ -231,6 +243,23 @@ fn run(cli: Cli) -> Result<()> {
                 Ok(tokenizer.encode(&text)?)
             })?;
             println!("{}", serde_json::to_string(&ids)?);
+            Ok(())
+        }
+        Command::Perplexity { model, file, window, windows } => {
+            let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let text = String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{} is not valid UTF-8 (byte {})", file.display(), e.utf8_error().valid_up_to()))?;
+            let engine = model.engine()?;
+            let mut tokens = engine.encode_prompt(&text)?;
+            if windows > 0 {
+                tokens.truncate(windows * window);
+            }
+            let t0 = Instant::now();
+            let nll = inferno_core::eval::window_nll(&engine, &tokens, window, &mut |done, total| {
+                eprint!("\rwindow {done}/{total}");
+            })?;
+            eprintln!();
+            let p = inferno_core::eval::perplexity(&nll, window);
+            println!("tokens {} | non-overlapping {window}: ppl {:.4} over {} tokens | llama.cpp-style: ppl {:.4} over {} tokens | {:.1} s | kernels {}", tokens.len(), p.non_overlapping, p.non_overlapping_scored, p.llamacpp_style, p.llamacpp_style_scored, t0.elapsed().as_secs_f64(), engine.kernels().name);
             Ok(())
         }
         Command::Info { model } => convert::info(&model.path()),

@@ -1,0 +1,7 @@
+//! inferno-native: inferno on x86-64. The executor behind core's `Parallel` ([`pool`]), model
+//! loading from the file system ([`load`]), and the `inferno` CLI's model-file commands
+//! ([`convert`]). The CLI itself is `main.rs`.
+
+pub mod convert;
+pub mod load;
+pub mod pool;
