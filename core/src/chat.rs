@@ -244,7 +244,8 @@ fn today() -> (i32, u32, u32) {
             return civil_from_days((since_epoch.as_secs() / 86_400) as i64);
         }
     }
-    (2024, 1, 1)
+    // 19_723 days after the epoch: 2024-01-01.
+    civil_from_days(19_723)
 }
 
 /// Days since 1970-01-01 -> (year, month, day) in the proleptic Gregorian calendar
