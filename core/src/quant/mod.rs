@@ -62,11 +62,46 @@ impl GgmlType {
     /// GGML's name for any type id (for error messages).
     pub fn name_of_id(id: u32) -> &'static str {
         const NAMES: [&str; 40] = [
-            "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K",
-            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-            "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M",
-            "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4",
-            "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",
+            "F32",
+            "F16",
+            "Q4_0",
+            "Q4_1",
+            "Q4_2",
+            "Q4_3",
+            "Q5_0",
+            "Q5_1",
+            "Q8_0",
+            "Q8_1",
+            "Q2_K",
+            "Q3_K",
+            "Q4_K",
+            "Q5_K",
+            "Q6_K",
+            "Q8_K",
+            "IQ2_XXS",
+            "IQ2_XS",
+            "IQ3_XXS",
+            "IQ1_S",
+            "IQ4_NL",
+            "IQ3_S",
+            "IQ2_S",
+            "IQ4_XS",
+            "I8",
+            "I16",
+            "I32",
+            "I64",
+            "F64",
+            "IQ1_M",
+            "BF16",
+            "Q4_0_4_4",
+            "Q4_0_4_8",
+            "Q4_0_8_8",
+            "TQ1_0",
+            "TQ2_0",
+            "IQ4_NL_4_4",
+            "IQ4_NL_4_8",
+            "IQ4_NL_8_8",
+            "MXFP4",
         ];
         NAMES.get(id as usize).copied().unwrap_or("unknown")
     }
@@ -132,9 +167,20 @@ pub struct BlockQ8Act {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8Act>() == 40);
 
-#[inline]
+/// f16 bits -> f32, exact. Written out rather than `half`'s, which checks the CPU for F16C on
+/// every call (this sits in the attention and dot loops).
+#[inline(always)]
 pub fn f16_to_f32(bits: u16) -> f32 {
-    f16::from_bits(bits).to_f32()
+    let sign = ((bits & 0x8000) as u32) << 16;
+    let exponent = ((bits >> 10) & 0x1f) as u32;
+    let mantissa = (bits & 0x3ff) as u32;
+    match exponent {
+        // Zero and subnormals: mantissa * 2^-24, exact in f32.
+        0 => f32::from_bits((mantissa as f32 * (1.0 / 16_777_216.0)).to_bits() | sign),
+        // Infinity and NaN (payload kept).
+        31 => f32::from_bits(sign | 0x7f80_0000 | (mantissa << 13)),
+        _ => f32::from_bits(sign | ((exponent + 112) << 23) | (mantissa << 13)),
+    }
 }
 
 /// f32 -> f16 bits, round to nearest even (as the KV cache and GGUF writers need).
@@ -178,7 +224,10 @@ pub fn quantize_q4_0(x: &[f32]) -> Vec<BlockQ4_0> {
                 let q1 = ((x1 + 8.5) as i8).min(15) as u8;
                 qs[j] = q0 | (q1 << 4);
             }
-            BlockQ4_0 { d: f32_to_f16(d), qs }
+            BlockQ4_0 {
+                d: f32_to_f16(d),
+                qs,
+            }
         })
         .collect()
 }
@@ -204,7 +253,11 @@ pub fn quantize_q4_1(x: &[f32]) -> Vec<BlockQ4_1> {
                 let q1 = ((x1 + 0.5) as i8).min(15) as u8;
                 qs[j] = q0 | (q1 << 4);
             }
-            BlockQ4_1 { d: f32_to_f16(d), m: f32_to_f16(min), qs }
+            BlockQ4_1 {
+                d: f32_to_f16(d),
+                m: f32_to_f16(min),
+                qs,
+            }
         })
         .collect()
 }
@@ -214,7 +267,9 @@ pub fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
     assert!(x.len() % QK == 0, "Q8_0 rows hold whole 32-element blocks");
     x.chunks_exact(QK)
         .map(|xb| {
-            let amax = xb.iter().fold(0.0f32, |a, v| if v.abs() > a { v.abs() } else { a });
+            let amax = xb
+                .iter()
+                .fold(0.0f32, |a, v| if v.abs() > a { v.abs() } else { a });
             let d = amax / 127.0;
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             let mut qs = [0i8; QK];
@@ -222,7 +277,10 @@ pub fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
                 // roundf: half away from zero, as in C.
                 *q = (v * id).round() as i8;
             }
-            BlockQ8_0 { d: f32_to_f16(d), qs }
+            BlockQ8_0 {
+                d: f32_to_f16(d),
+                qs,
+            }
         })
         .collect()
 }
@@ -264,7 +322,10 @@ pub fn dequantize_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
 pub fn q4_0_from_bytes(bytes: &[u8]) -> Vec<BlockQ4_0> {
     bytes
         .chunks_exact(18)
-        .map(|c| BlockQ4_0 { d: u16::from_le_bytes([c[0], c[1]]), qs: c[2..18].try_into().unwrap() })
+        .map(|c| BlockQ4_0 {
+            d: u16::from_le_bytes([c[0], c[1]]),
+            qs: c[2..18].try_into().unwrap(),
+        })
         .collect()
 }
 
@@ -320,9 +381,18 @@ pub fn q8_0_to_bytes(blocks: &[BlockQ8_0]) -> Vec<u8> {
 /// Decodes raw little-endian tensor bytes of any supported type to f32 (exact).
 pub fn dequantize_bytes(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
     match ty {
-        GgmlType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
-        GgmlType::F16 => bytes.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
-        GgmlType::BF16 => bytes.chunks_exact(2).map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+        GgmlType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        GgmlType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        GgmlType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
         GgmlType::Q4_0 => {
             let blocks = q4_0_from_bytes(bytes);
             let mut out = vec![0.0; blocks.len() * QK];
@@ -349,8 +419,14 @@ pub fn dequantize_bytes(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
 pub fn quantize_bytes(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     match ty {
         GgmlType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        GgmlType::F16 => x.iter().flat_map(|&v| f32_to_f16(v).to_le_bytes()).collect(),
-        GgmlType::BF16 => x.iter().flat_map(|&v| f32_to_bf16(v).to_le_bytes()).collect(),
+        GgmlType::F16 => x
+            .iter()
+            .flat_map(|&v| f32_to_f16(v).to_le_bytes())
+            .collect(),
+        GgmlType::BF16 => x
+            .iter()
+            .flat_map(|&v| f32_to_bf16(v).to_le_bytes())
+            .collect(),
         GgmlType::Q4_0 => q4_0_to_bytes(&quantize_q4_0(x)),
         GgmlType::Q4_1 => q4_1_to_bytes(&quantize_q4_1(x)),
         GgmlType::Q8_0 => q8_0_to_bytes(&quantize_q8_0(x)),
