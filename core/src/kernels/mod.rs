@@ -20,6 +20,8 @@
 
 pub mod math;
 pub mod reference;
+#[cfg(target_arch = "x86_64")]
+pub mod x86;
 
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, GgmlType, QK};
 use crate::{Error, Result};
@@ -228,7 +230,10 @@ impl std::fmt::Debug for Kernels {
 impl Kernels {
     /// Every backend this host can run, reference first.
     pub fn available() -> Vec<&'static Kernels> {
-        vec![&reference::KERNELS]
+        let mut all = vec![&reference::KERNELS];
+        #[cfg(target_arch = "x86_64")]
+        all.extend(x86::available());
+        all
     }
 
     /// The fastest backend this host can run.

@@ -1,0 +1,794 @@
+//! The 256-bit twins of reference.rs shared by every x86 backend (optimized, bit-identical).
+//! Each function is `#[inline(always)]` and has no target features of its own: it is compiled
+//! into the `#[target_feature]` entry points of avx2.rs, avxvnni.rs and avx512.rs, which differ
+//! only in how they take the integer dot of a block ([`IntDot`]).
+
+use std::arch::x86_64::*;
+
+use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
+use crate::kernels::reference::ATTENTION_BLOCK;
+use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
+
+/// How a backend takes the exact integer dot of 32 unsigned bytes with 32 signed bytes: 8 i32
+/// lanes whose total is the dot. Callers keep `u * s` pair sums inside i16 (rule 4's operand
+/// ranges), so `maddubs` cannot saturate.
+pub trait IntDot: Sized {
+    /// # Safety
+    /// The backend's target features must be enabled in the caller.
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i;
+
+    /// The quantized matmul; a backend with wider registers may bring its own.
+    ///
+    /// # Safety
+    /// The backend's target features must be enabled in the caller.
+    #[inline(always)]
+    unsafe fn matmul_q<B: WeightBlock>(
+        w: &[B],
+        nb: usize,
+        first_row: usize,
+        x: &[BlockQ8Act],
+        out: &mut [&mut [f32]],
+    ) {
+        // SAFETY: forwarded to the caller.
+        unsafe { matmul_q::<Self, B>(w, nb, first_row, x, out) }
+    }
+}
+
+/// Element types a rule-2 dot can read 8 at a time as f32, exactly.
+pub trait Lanes {
+    type Elem: Copy;
+    /// # Safety
+    /// `p` must point at 8 readable elements; avx2 and f16c must be enabled in the caller.
+    unsafe fn load8(p: *const Self::Elem) -> __m256;
+    fn load1(e: Self::Elem) -> f32;
+}
+
+pub struct F32Lanes;
+pub struct F16Lanes;
+pub struct BF16Lanes;
+
+impl Lanes for F32Lanes {
+    type Elem = f32;
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable elements.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    fn load1(e: f32) -> f32 {
+        e
+    }
+}
+
+impl Lanes for F16Lanes {
+    type Elem = u16;
+    #[inline(always)]
+    unsafe fn load8(p: *const u16) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable elements and f16c; vcvtph2ps is exact.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    fn load1(e: u16) -> f32 {
+        f16_to_f32(e)
+    }
+}
+
+impl Lanes for BF16Lanes {
+    type Elem = u16;
+    #[inline(always)]
+    unsafe fn load8(p: *const u16) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable elements and avx2.
+        unsafe {
+            let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+        }
+    }
+    #[inline(always)]
+    fn load1(e: u16) -> f32 {
+        bf16_to_f32(e)
+    }
+}
+
+/// Rule 2's fixed tree over four 8-lane accumulators; otherwise identical to
+/// reference::fold_accumulators.
+#[inline(always)]
+pub unsafe fn fold(acc: [__m256; 4]) -> f32 {
+    // SAFETY: avx2 is enabled in the caller.
+    unsafe {
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        // t = [s0+s4, s1+s5, s2+s6, s3+s7]; u0 = t0+t2, u1 = t1+t3; result u0 + u1.
+        let t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+        _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps::<1>(u, u)))
+    }
+}
+
+/// Rule 2: `dot(a, b)` of length n with products `a_i * b_i`. A partial last group is padded
+/// with zeros: adding +0.0 leaves every accumulator unchanged (they start at +0.0 and a sum is
+/// -0.0 only when both terms are), so the padding is exact. Otherwise identical to
+/// reference::dot_by.
+#[inline(always)]
+pub unsafe fn dot_rule2<L: Lanes>(a: *const L::Elem, b: *const f32, n: usize) -> f32 {
+    // SAFETY: the caller guarantees n readable elements behind a and b, and avx2 + f16c.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let groups = n / 8;
+        let mut g = 0;
+        while g + 4 <= groups {
+            for (k, acc_k) in acc.iter_mut().enumerate() {
+                let i = (g + k) * 8;
+                *acc_k = _mm256_add_ps(
+                    *acc_k,
+                    _mm256_mul_ps(L::load8(a.add(i)), _mm256_loadu_ps(b.add(i))),
+                );
+            }
+            g += 4;
+        }
+        while g < groups {
+            let i = g * 8;
+            acc[g % 4] = _mm256_add_ps(
+                acc[g % 4],
+                _mm256_mul_ps(L::load8(a.add(i)), _mm256_loadu_ps(b.add(i))),
+            );
+            g += 1;
+        }
+        let rest = n - groups * 8;
+        if rest > 0 {
+            let (mut ta, mut tb) = ([0.0f32; 8], [0.0f32; 8]);
+            for j in 0..rest {
+                ta[j] = L::load1(*a.add(groups * 8 + j));
+                tb[j] = *b.add(groups * 8 + j);
+            }
+            acc[groups % 4] = _mm256_add_ps(
+                acc[groups % 4],
+                _mm256_mul_ps(_mm256_loadu_ps(ta.as_ptr()), _mm256_loadu_ps(tb.as_ptr())),
+            );
+        }
+        fold(acc)
+    }
+}
+
+/// Otherwise identical to reference::dot_f32.
+#[inline(always)]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: the lengths were checked equal by the caller.
+    unsafe { dot_rule2::<F32Lanes>(a.as_ptr(), b.as_ptr(), a.len()) }
+}
+
+/// e^x for 8 lanes: the same constants and the same operation sequence as math::exp (round to
+/// nearest even, Cody-Waite reduction, Horner without FMA, 2^n in two exact steps, then the
+/// special cases). Otherwise identical to math::exp.
+#[inline(always)]
+pub unsafe fn exp8(x: __m256) -> __m256 {
+    // SAFETY: avx2 is enabled in the caller.
+    unsafe {
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(x, _mm256_set1_ps(LOG2_E)),
+        );
+        let r = _mm256_sub_ps(
+            _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(LN2_HI))),
+            _mm256_mul_ps(n, _mm256_set1_ps(LN2_LO)),
+        );
+        let mut p = _mm256_set1_ps(EXP_POLY[5]);
+        for c in [
+            EXP_POLY[4],
+            EXP_POLY[3],
+            EXP_POLY[2],
+            EXP_POLY[1],
+            EXP_POLY[0],
+            1.0,
+            1.0,
+        ] {
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
+        }
+        // n / 2 rounded toward zero, as Rust's i32 division: add the sign bit, shift.
+        let ni = _mm256_cvtps_epi32(n);
+        let n1 = _mm256_srai_epi32::<1>(_mm256_add_epi32(ni, _mm256_srli_epi32::<31>(ni)));
+        let n2 = _mm256_sub_epi32(ni, n1);
+        let pow2 = |k: __m256i| {
+            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                k,
+                _mm256_set1_epi32(127),
+            )))
+        };
+        let y = _mm256_mul_ps(_mm256_mul_ps(p, pow2(n1)), pow2(n2));
+        let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_UNDERFLOW));
+        let over = _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(EXP_OVERFLOW));
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+        let y = _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
+        let y = _mm256_blendv_ps(y, _mm256_set1_ps(f32::INFINITY), over);
+        _mm256_blendv_ps(y, x, nan)
+    }
+}
+
+/// Rule 3, 32 elements per block. Otherwise identical to reference::quantize_q8.
+#[inline(always)]
+pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
+    // SAFETY: the caller checked x.len() == out.len() * QK; avx2 is enabled in the caller.
+    unsafe {
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (xb, block) in x.chunks_exact(QK).zip(out.iter_mut()) {
+            let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(xb.as_ptr().add(8 * k)));
+            // `max(|v|, m)` keeps m when |v| is NaN, as the reference's `if |v| > m` does.
+            let mut m = _mm256_setzero_ps();
+            for vk in v {
+                m = _mm256_max_ps(_mm256_and_ps(vk, abs_mask), m);
+            }
+            let mut lanes = [0.0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+            // No NaN is left and every lane is >= +0.0: any order gives the same maximum.
+            let amax = lanes.iter().fold(0.0f32, |a, &b| if b > a { b } else { a });
+            let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+            let q: [__m256i; 4] = std::array::from_fn(|k| {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm256_mul_ps(v[k], _mm256_set1_ps(id)),
+                );
+                // `as i32` sends NaN to 0 and saturates; then the clamp.
+                let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
+                let r = _mm256_min_ps(
+                    _mm256_max_ps(r, _mm256_set1_ps(-127.0)),
+                    _mm256_set1_ps(127.0),
+                );
+                _mm256_cvtps_epi32(r)
+            });
+            let total =
+                _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            _mm256_storeu_si256(
+                block.qs.as_mut_ptr().cast(),
+                _mm256_permutevar8x32_epi32(bytes, order),
+            );
+            block.d = amax / 127.0;
+            block.sum = hsum_epi32(total);
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    // SAFETY: avx2 is enabled in the caller.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// Otherwise identical to reference::rmsnorm.
+#[inline(always)]
+pub unsafe fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    // SAFETY: the caller checked the three lengths equal; avx2 is enabled in the caller.
+    unsafe {
+        let r = 1.0 / (dot_f32(x, x) / x.len() as f32 + eps).sqrt();
+        let n8 = x.len() / 8 * 8;
+        let rv = _mm256_set1_ps(r);
+        for i in (0..n8).step_by(8) {
+            let y = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(i)), rv),
+                _mm256_loadu_ps(weight.as_ptr().add(i)),
+            );
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), y);
+        }
+        for i in n8..x.len() {
+            out[i] = (x[i] * r) * weight[i];
+        }
+    }
+}
+
+/// Otherwise identical to reference::silu_mul.
+#[inline(always)]
+pub unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: the caller checked the lengths equal; avx2 is enabled in the caller.
+    unsafe {
+        let n8 = gate.len() / 8 * 8;
+        let one = _mm256_set1_ps(1.0);
+        let sign = _mm256_set1_ps(-0.0);
+        for i in (0..n8).step_by(8) {
+            let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+            let e = exp8(_mm256_xor_ps(g, sign));
+            let y = _mm256_mul_ps(
+                _mm256_div_ps(g, _mm256_add_ps(one, e)),
+                _mm256_loadu_ps(up.as_ptr().add(i)),
+            );
+            _mm256_storeu_ps(gate.as_mut_ptr().add(i), y);
+        }
+        for i in n8..gate.len() {
+            gate[i] = (gate[i] / (1.0 + math::exp(-gate[i]))) * up[i];
+        }
+    }
+}
+
+/// Otherwise identical to reference::rope.
+#[inline(always)]
+pub unsafe fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+    // SAFETY: the caller checked the shapes; avx2 is enabled in the caller.
+    unsafe {
+        let half = head_dim / 2;
+        let h8 = half / 8 * 8;
+        for head in x.chunks_exact_mut(head_dim) {
+            let p = head.as_mut_ptr();
+            for i in (0..h8).step_by(8) {
+                let (x0, x1) = (_mm256_loadu_ps(p.add(i)), _mm256_loadu_ps(p.add(i + half)));
+                let (c, s) = (
+                    _mm256_loadu_ps(cos.as_ptr().add(i)),
+                    _mm256_loadu_ps(sin.as_ptr().add(i)),
+                );
+                _mm256_storeu_ps(
+                    p.add(i),
+                    _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s)),
+                );
+                _mm256_storeu_ps(
+                    p.add(i + half),
+                    _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c)),
+                );
+            }
+            for i in h8..half {
+                let (x0, x1) = (head[i], head[i + half]);
+                head[i] = x0 * cos[i] - x1 * sin[i];
+                head[i + half] = x0 * sin[i] + x1 * cos[i];
+            }
+        }
+    }
+}
+
+/// Rule 6 for head_dim = 8 * N, the output held in N registers. Otherwise identical to
+/// reference::attention (the caller has checked the same shapes).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn attention<L: Lanes, const N: usize>(
+    q: &[f32],
+    keys: &[L::Elem],
+    values: &[L::Elem],
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    // SAFETY: the caller checked q.len() == out.len() == 8 * N, offset + 8N <= stride and
+    // n_pos * stride <= keys.len(), values.len(); avx2 + f16c are enabled in the caller.
+    unsafe {
+        let qv: [__m256; N] = std::array::from_fn(|j| _mm256_loadu_ps(q.as_ptr().add(8 * j)));
+        let mut o = [_mm256_setzero_ps(); N];
+        let mut m = f32::NEG_INFINITY;
+        let mut l = 0.0f32;
+        let mut scores = [0.0f32; ATTENTION_BLOCK];
+        let mut p = [0.0f32; ATTENTION_BLOCK];
+        let mut start = 0;
+        while start < n_pos {
+            let end = (start + ATTENTION_BLOCK).min(n_pos);
+            let mut block_max = f32::NEG_INFINITY;
+            for t in start..end {
+                let k = keys.as_ptr().add(t * stride + offset);
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for j in 0..N {
+                    acc[j % 4] =
+                        _mm256_add_ps(acc[j % 4], _mm256_mul_ps(qv[j], L::load8(k.add(8 * j))));
+                }
+                let s = fold(acc) * scale;
+                scores[t - start] = s;
+                block_max = if s > block_max { s } else { block_max };
+            }
+            let m_new = if block_max > m { block_max } else { m };
+            let c = math::exp(m - m_new);
+            l = l * c;
+            let cv = _mm256_set1_ps(c);
+            for oj in o.iter_mut() {
+                *oj = _mm256_mul_ps(*oj, cv);
+            }
+            let mv = _mm256_set1_ps(m_new);
+            for j in (0..end - start).step_by(8) {
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.as_ptr().add(j)), mv));
+                _mm256_storeu_ps(p.as_mut_ptr().add(j), e);
+            }
+            for t in start..end {
+                let pt = p[t - start];
+                l = l + pt;
+                let pv = _mm256_set1_ps(pt);
+                let v = values.as_ptr().add(t * stride + offset);
+                for (j, oj) in o.iter_mut().enumerate() {
+                    *oj = _mm256_add_ps(*oj, _mm256_mul_ps(pv, L::load8(v.add(8 * j))));
+                }
+            }
+            m = m_new;
+            start = end;
+        }
+        let lv = _mm256_set1_ps(l);
+        for (j, oj) in o.iter().enumerate() {
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * j), _mm256_div_ps(*oj, lv));
+        }
+    }
+}
+
+/// Checks reference::attention's shapes, then runs the twin for this head_dim if there is one
+/// (head_dim a multiple of 8 up to 256), else the reference itself. Returns false if it did not
+/// run, so the caller can fall back.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn attention_any<L: Lanes>(
+    q: &[f32],
+    keys: &[L::Elem],
+    values: &[L::Elem],
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> bool {
+    // SAFETY: shapes are checked by the caller; features are enabled in the caller.
+    unsafe {
+        macro_rules! by_width {
+            ($($n:literal),*) => {
+                match q.len() {
+                    $(h if h == 8 * $n => attention::<L, $n>(q, keys, values, n_pos, stride, offset, scale, out),)*
+                    _ => return false,
+                }
+            };
+        }
+        by_width!(1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 32);
+        true
+    }
+}
+
+/// Asserts the shapes reference::attention asserts (so a bad call panics the same way).
+pub fn check_attention(
+    head_dim: usize,
+    out_len: usize,
+    keys_len: usize,
+    values_len: usize,
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+) {
+    assert!(
+        out_len == head_dim && offset + head_dim <= stride,
+        "attention: bad shapes"
+    );
+    assert!(
+        keys_len >= n_pos * stride && values_len >= n_pos * stride,
+        "attention: cache too short"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized matmul: 8 rows per pass (one f32 lane per row), up to 4 tokens per unpacked weight
+// block. Each (row, token) lane sees exactly the reference's per-block sequence.
+
+/// Rows per pass: one f32 lane each.
+const ROWS: usize = 8;
+/// Tokens per unpacked weight block.
+const TOKENS: usize = 4;
+
+/// A weight block type of rule 4, as the tile reads it.
+pub trait WeightBlock: Copy {
+    /// Q4_1's `+ sum_x * (mw * dx)` term.
+    const HAS_MIN: bool;
+    /// The integer dot is `dot(u, s) - SUM_OFFSET * sum_x`.
+    const SUM_OFFSET: i32;
+    /// The block's quants in a register, unpacked once per (row, block).
+    unsafe fn unpack(&self) -> __m256i;
+    /// (unsigned, signed) operands of [`IntDot::dot`] for these unpacked weights and x's quants.
+    #[inline(always)]
+    unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
+        (w, x)
+    }
+}
+
+#[inline(always)]
+unsafe fn unpack_nibbles(qs: &[u8; QK / 2]) -> __m256i {
+    // SAFETY: 16 readable bytes; avx2 is enabled in the caller.
+    unsafe {
+        let q = _mm_loadu_si128(qs.as_ptr().cast());
+        _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16::<4>(q), q),
+            _mm256_set1_epi8(15),
+        )
+    }
+}
+
+/// The 4-bit types: nibbles unpacked to 0..=15 are the unsigned operand as they are.
+macro_rules! nibble_block {
+    ($block:ty, has_min: $has_min:literal, sum_offset: $offset:literal) => {
+        impl WeightBlock for $block {
+            const HAS_MIN: bool = $has_min;
+            const SUM_OFFSET: i32 = $offset;
+            #[inline(always)]
+            unsafe fn unpack(&self) -> __m256i {
+                // SAFETY: forwarded to the caller.
+                unsafe { unpack_nibbles(&self.qs) }
+            }
+        }
+    };
+}
+
+// Q4_0: Σ (q - 8) x = Σ q x - 8 Σ x, with Σ x the activation block's `sum` (rule 3).
+nibble_block!(BlockQ4_0, has_min: false, sum_offset: 8);
+nibble_block!(BlockQ4_1, has_min: true, sum_offset: 0);
+
+impl WeightBlock for BlockQ8_0 {
+    const HAS_MIN: bool = false;
+    const SUM_OFFSET: i32 = 0;
+    #[inline(always)]
+    unsafe fn unpack(&self) -> __m256i {
+        // SAFETY: 32 readable bytes; avx2 is enabled in the caller.
+        unsafe { _mm256_loadu_si256(self.qs.as_ptr().cast()) }
+    }
+    /// The sign trick: |w| * (x with w's sign). |w| <= 128 and |x| <= 127 keep pair sums in i16.
+    #[inline(always)]
+    unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: avx2 is enabled in the caller.
+        unsafe { (_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)) }
+    }
+}
+
+/// Lane r = the total of p[r]'s 8 lanes.
+#[inline(always)]
+unsafe fn reduce8(p: [__m256i; ROWS]) -> __m256i {
+    // SAFETY: avx2 is enabled in the caller.
+    unsafe {
+        let a01 = _mm256_hadd_epi32(p[0], p[1]);
+        let a23 = _mm256_hadd_epi32(p[2], p[3]);
+        let a45 = _mm256_hadd_epi32(p[4], p[5]);
+        let a67 = _mm256_hadd_epi32(p[6], p[7]);
+        let b0 = _mm256_hadd_epi32(a01, a23);
+        let b1 = _mm256_hadd_epi32(a45, a67);
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(b0, b1),
+            _mm256_permute2x128_si256::<0x31>(b0, b1),
+        )
+    }
+}
+
+/// (d, m) of 8 blocks as f32 (m is zero unless B::HAS_MIN): both are the f16s at the start
+/// of every block type here, read with one gather.
+#[inline(always)]
+unsafe fn scales<B: WeightBlock>(first: *const B, byte_offsets: __m256i) -> (__m256, __m256) {
+    // SAFETY: every block is at least 18 bytes, so 4 bytes at each block start are readable;
+    // avx2 + f16c are enabled in the caller.
+    unsafe {
+        let g = _mm256_i32gather_epi32::<1>(first.cast(), byte_offsets);
+        let lo = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
+        let hi = _mm256_srli_epi32::<16>(g);
+        // packus per 128-bit half: [lo0..3, hi0..3 | lo4..7, hi4..7] -> [lo0..7 | hi0..7].
+        let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
+        let d = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+        let m = if B::HAS_MIN {
+            _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(packed))
+        } else {
+            _mm256_setzero_ps()
+        };
+        (d, m)
+    }
+}
+
+/// One pass: 8 rows (`rows[r]` points at row r's first block) by T tokens (`x[t]` at token t's
+/// first block), nb blocks each. Lane r of result t is reference::dot_*_q8(row r, token t).
+#[inline(always)]
+unsafe fn tile<D: IntDot, B: WeightBlock, const T: usize>(
+    rows: &[*const B; ROWS],
+    byte_offsets: __m256i,
+    x: &[*const BlockQ8Act; T],
+    nb: usize,
+) -> [__m256; T] {
+    // SAFETY: the caller guarantees nb readable blocks behind every pointer; features are
+    // enabled in the caller.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); T];
+        for b in 0..nb {
+            let (d, m) = scales::<B>(rows[0].add(b), byte_offsets);
+            let w: [__m256i; ROWS] = std::array::from_fn(|r| (*rows[r].add(b)).unpack());
+            for t in 0..T {
+                let xb = &*x[t].add(b);
+                let xq = _mm256_loadu_si256(xb.qs.as_ptr().cast());
+                let p = std::array::from_fn(|r| {
+                    let (u, s) = B::operands(w[r], xq);
+                    D::dot(u, s)
+                });
+                let mut isum = reduce8(p);
+                if B::SUM_OFFSET != 0 {
+                    isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(B::SUM_OFFSET * xb.sum));
+                }
+                let dx = _mm256_set1_ps(xb.d);
+                let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx));
+                if B::HAS_MIN {
+                    let min_term =
+                        _mm256_mul_ps(_mm256_set1_ps(xb.sum as f32), _mm256_mul_ps(m, dx));
+                    term = _mm256_add_ps(term, min_term);
+                }
+                acc[t] = _mm256_add_ps(acc[t], term);
+            }
+        }
+        acc
+    }
+}
+
+/// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4), rows
+/// `first_row ..` of a matrix whose rows are `nb` blocks each. Otherwise identical to
+/// reference::matmul. A last partial pass of rows repeats its last row and drops the extra lanes.
+#[inline(always)]
+pub unsafe fn matmul_q<D: IntDot, B: WeightBlock>(
+    w: &[B],
+    nb: usize,
+    first_row: usize,
+    x: &[BlockQ8Act],
+    out: &mut [&mut [f32]],
+) {
+    let n_tokens = out.len();
+    let n_rows = out.first().map_or(0, |o| o.len());
+    assert!(
+        out.iter().all(|o| o.len() == n_rows),
+        "matmul: token outputs differ in length"
+    );
+    assert!(
+        (first_row + n_rows) * nb <= w.len() && n_tokens * nb <= x.len(),
+        "matmul: rows or tokens out of range"
+    );
+    // SAFETY: the asserts above bound every block read; features are enabled in the caller.
+    unsafe {
+        let block_bytes = std::mem::size_of::<B>();
+        for r0 in (0..n_rows).step_by(ROWS) {
+            let valid = (n_rows - r0).min(ROWS);
+            let rows: [*const B; ROWS] =
+                std::array::from_fn(|r| w.as_ptr().add((first_row + r0 + r.min(valid - 1)) * nb));
+            let offsets: [i32; ROWS] =
+                std::array::from_fn(|r| (r.min(valid - 1) * nb * block_bytes) as i32);
+            let byte_offsets = _mm256_loadu_si256(offsets.as_ptr().cast());
+            let mut t0 = 0;
+            while t0 < n_tokens {
+                let tt = (n_tokens - t0).min(TOKENS);
+                let mut lanes = [[0.0f32; ROWS]; TOKENS];
+                macro_rules! run {
+                    ($t:literal) => {{
+                        let xs: [*const BlockQ8Act; $t] =
+                            std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
+                        let acc = tile::<D, B, $t>(&rows, byte_offsets, &xs, nb);
+                        for (lane, a) in lanes.iter_mut().zip(acc) {
+                            _mm256_storeu_ps(lane.as_mut_ptr(), a);
+                        }
+                    }};
+                }
+                match tt {
+                    4 => run!(4),
+                    3 => run!(3),
+                    2 => run!(2),
+                    _ => run!(1),
+                }
+                for (j, lane) in lanes.iter().take(tt).enumerate() {
+                    out[t0 + j][r0..r0 + valid].copy_from_slice(&lane[..valid]);
+                }
+                t0 += tt;
+            }
+        }
+    }
+}
+
+/// `out[t][i] = dot(w row first_row + i, x token t)` for float weights (rule 2). Otherwise
+/// identical to reference::matmul.
+#[inline(always)]
+pub unsafe fn matmul_f<L: Lanes>(
+    w: &[L::Elem],
+    cols: usize,
+    first_row: usize,
+    x: &[f32],
+    out: &mut [&mut [f32]],
+) {
+    let n_tokens = out.len();
+    assert!(
+        out.iter().all(|o| (first_row + o.len()) * cols <= w.len()) && n_tokens * cols <= x.len(),
+        "matmul: rows or tokens out of range"
+    );
+    // SAFETY: the assert above bounds every read; features are enabled in the caller.
+    unsafe {
+        for (t, out_t) in out.iter_mut().enumerate() {
+            for (i, o) in out_t.iter_mut().enumerate() {
+                *o = dot_rule2::<L>(
+                    w.as_ptr().add((first_row + i) * cols),
+                    x.as_ptr().add(t * cols),
+                    cols,
+                );
+            }
+        }
+    }
+}
+
+/// The quantized dots of one row (the table's dot_*_q8 entries), through the matmul tile.
+#[inline(always)]
+pub unsafe fn dot_q<D: IntDot, B: WeightBlock>(w: &[B], x: &[BlockQ8Act]) -> f32 {
+    let mut o = [0.0f32];
+    // SAFETY: forwarded to the caller.
+    unsafe { matmul_q::<D, B>(w, w.len(), 0, x, &mut [&mut o[..]]) };
+    o[0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    macro_rules! exp8_with {
+        ($name:ident, $features:literal) => {
+            #[target_feature(enable = $features)]
+            unsafe fn $name(x: &[f32; 8]) -> [f32; 8] {
+                let mut out = [0.0f32; 8];
+                // SAFETY: 8 elements each side; the test checked the features.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr(), exp8(_mm256_loadu_ps(x.as_ptr()))) };
+                out
+            }
+        };
+    }
+    exp8_with!(exp8_avx2, "avx2,f16c");
+    exp8_with!(
+        exp8_avx512,
+        "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+    );
+
+    /// Every 4099th bit pattern (all signs, exponents, NaNs), a dense sweep over the range
+    /// where exp is neither 0 nor inf, and the special values.
+    fn inputs() -> Vec<f32> {
+        let mut xs: Vec<f32> = (0..=u32::MAX / 4099)
+            .map(|i| f32::from_bits(i * 4099))
+            .collect();
+        let mut x = -110.0f32;
+        while x < 95.0 {
+            xs.push(x);
+            x += 0.000_731;
+        }
+        xs.extend([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            EXP_OVERFLOW,
+            EXP_UNDERFLOW,
+            f32::from_bits(EXP_OVERFLOW.to_bits() + 1),
+            f32::from_bits(EXP_UNDERFLOW.to_bits() + 1),
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            1e-45,
+        ]);
+        xs
+    }
+
+    fn check(name: &str, exp8: unsafe fn(&[f32; 8]) -> [f32; 8]) {
+        let xs = inputs();
+        for chunk in xs.chunks(8) {
+            let mut x = [0.0f32; 8];
+            x[..chunk.len()].copy_from_slice(chunk);
+            // SAFETY: the caller checked the features.
+            let got = unsafe { exp8(&x) };
+            for (g, &xi) in got.iter().zip(&x) {
+                let want = math::exp(xi);
+                assert!(
+                    g.to_bits() == want.to_bits(),
+                    "exp8 [{name}]({xi:e} = {:#010x}) = {g:e}, math::exp gives {want:e}",
+                    xi.to_bits()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn exp8_equals_math_exp_bitwise_sweep_and_specials_avx2() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")) {
+            println!("skipped: no avx2 + f16c");
+            return;
+        }
+        check("avx2", exp8_avx2);
+    }
+
+    #[test]
+    fn exp8_equals_math_exp_bitwise_sweep_and_specials_avx512() {
+        if !super::super::avx512::supported() {
+            println!("skipped: no avx512 f/bw/vl/vnni");
+            return;
+        }
+        check("avx512", exp8_avx512);
+    }
+}

@@ -1,0 +1,246 @@
+//! x86-64 SIMD backends, optimized twins of reference.rs that return the same bits:
+//! [`avx2`] (AVX2 + F16C, `maddubs` dots), [`avxvnni`] (256-bit VEX `vpdpbusd`) and [`avx512`]
+//! (AVX-512 F/BW/VL + VNNI). The shared 256-bit code is in `common`; [`available`] detects the
+//! CPU once and lists the backends this host can run, reference-to-best order left to the caller.
+
+mod common;
+
+pub mod avx2;
+pub mod avx512;
+pub mod avxvnni;
+
+use std::sync::OnceLock;
+
+use super::Kernels;
+
+/// The x86 backends this host can run, slowest first (detected once).
+pub fn available() -> &'static [&'static Kernels] {
+    static LIST: OnceLock<Vec<&'static Kernels>> = OnceLock::new();
+    LIST.get_or_init(|| {
+        [
+            (avx2::supported as fn() -> bool, &avx2::KERNELS),
+            (avxvnni::supported, &avxvnni::KERNELS),
+            (avx512::supported, &avx512::KERNELS),
+        ]
+        .into_iter()
+        .filter(|(supported, _)| supported())
+        .map(|(_, kernels)| kernels)
+        .collect()
+    })
+}
+
+/// Defines a backend's `KERNELS` table, its `supported()` check (cached) and one safe entry
+/// point per table entry: each checks what the reference checks, asserts the host has the
+/// features (so calling a table directly on the wrong CPU panics instead of being undefined),
+/// and runs the shared code compiled with those features. `$int_dot` says how the backend
+/// takes an integer block dot.
+macro_rules! backend {
+    ($name:literal, features: $features:literal, detect: [$($feature:tt),+], int_dot: $int_dot:ty) => {
+        use std::sync::OnceLock;
+
+        use crate::kernels::x86::common::{self, BF16Lanes, F16Lanes, F32Lanes};
+        use crate::kernels::{reference, Input, Kernels, KvSlice, Matrix, MatrixData};
+        use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
+
+        pub static KERNELS: Kernels = Kernels {
+            name: $name,
+            dot_f32,
+            quantize_q8,
+            dot_q4_0_q8,
+            dot_q4_1_q8,
+            dot_q8_0_q8,
+            matmul,
+            rmsnorm,
+            silu_mul,
+            rope,
+            attention,
+        };
+
+        /// Whether this host has every feature these kernels are compiled for (detected once).
+        pub fn supported() -> bool {
+            static SUPPORTED: OnceLock<bool> = OnceLock::new();
+            *SUPPORTED.get_or_init(|| true $(&& std::arch::is_x86_feature_detected!($feature))+)
+        }
+
+        fn check_host() {
+            assert!(supported(), concat!("the ", $name, " kernels need ", $features, ", which this CPU lacks"));
+        }
+
+        /// Otherwise identical to reference::dot_f32.
+        pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+            assert_eq!(a.len(), b.len(), "dot_f32 operands differ in length");
+            check_host();
+            #[target_feature(enable = $features)]
+            unsafe fn imp(a: &[f32], b: &[f32]) -> f32 {
+                // SAFETY: lengths checked equal by the wrapper.
+                unsafe { common::dot_f32(a, b) }
+            }
+            // SAFETY: check_host() found the features `imp` is compiled for.
+            unsafe { imp(a, b) }
+        }
+
+        /// Otherwise identical to reference::quantize_q8.
+        pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
+            assert_eq!(x.len(), out.len() * QK, "quantize_q8: x must fill the blocks exactly");
+            check_host();
+            #[target_feature(enable = $features)]
+            unsafe fn imp(x: &[f32], out: &mut [BlockQ8Act]) {
+                // SAFETY: x fills out exactly, checked by the wrapper.
+                unsafe { common::quantize_q8(x, out) }
+            }
+            // SAFETY: check_host() found the features `imp` is compiled for.
+            unsafe { imp(x, out) }
+        }
+
+        macro_rules! dot_q {
+            ($fn_name:ident, $block:ty) => {
+                #[doc = concat!("Otherwise identical to reference::", stringify!($fn_name), ".")]
+                pub fn $fn_name(w: &[$block], x: &[BlockQ8Act]) -> f32 {
+                    assert_eq!(w.len(), x.len(), concat!(stringify!($fn_name), ": block counts differ"));
+                    check_host();
+                    #[target_feature(enable = $features)]
+                    unsafe fn imp(w: &[$block], x: &[BlockQ8Act]) -> f32 {
+                        // SAFETY: dot_q checks its own bounds.
+                        unsafe { common::dot_q::<$int_dot, $block>(w, x) }
+                    }
+                    // SAFETY: check_host() found the features `imp` is compiled for.
+                    unsafe { imp(w, x) }
+                }
+            };
+        }
+        dot_q!(dot_q4_0_q8, BlockQ4_0);
+        dot_q!(dot_q4_1_q8, BlockQ4_1);
+        dot_q!(dot_q8_0_q8, BlockQ8_0);
+
+        /// Otherwise identical to reference::matmul.
+        pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
+            check_host();
+            #[target_feature(enable = $features)]
+            unsafe fn imp(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
+                let (cols, nb) = (w.cols, w.cols / QK);
+                // SAFETY: every matmul_* checks its own bounds.
+                unsafe {
+                    match (&w.data, x) {
+                        (MatrixData::Q4_1(d), Input::Q8(x)) => {
+                            <$int_dot as common::IntDot>::matmul_q(d, nb, first_row, x, out)
+                        }
+                        (MatrixData::Q4_0(d), Input::Q8(x)) => {
+                            <$int_dot as common::IntDot>::matmul_q(d, nb, first_row, x, out)
+                        }
+                        (MatrixData::Q8_0(d), Input::Q8(x)) => {
+                            <$int_dot as common::IntDot>::matmul_q(d, nb, first_row, x, out)
+                        }
+                        (MatrixData::F32(d), Input::F32(x)) => {
+                            common::matmul_f::<F32Lanes>(d, cols, first_row, x, out)
+                        }
+                        (MatrixData::F16(d), Input::F32(x)) => {
+                            common::matmul_f::<F16Lanes>(d, cols, first_row, x, out)
+                        }
+                        (MatrixData::BF16(d), Input::F32(x)) => {
+                            common::matmul_f::<BF16Lanes>(d, cols, first_row, x, out)
+                        }
+                        _ => panic!("matmul: weight type and activation type do not match"),
+                    }
+                }
+            }
+            // SAFETY: check_host() found the features `imp` is compiled for.
+            unsafe { imp(w, first_row, x, out) }
+        }
+
+        /// Otherwise identical to reference::rmsnorm.
+        pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+            assert!(
+                x.len() == weight.len() && x.len() == out.len(),
+                "rmsnorm: lengths differ"
+            );
+            check_host();
+            #[target_feature(enable = $features)]
+            unsafe fn imp(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+                // SAFETY: lengths checked equal by the wrapper.
+                unsafe { common::rmsnorm(x, weight, eps, out) }
+            }
+            // SAFETY: check_host() found the features `imp` is compiled for.
+            unsafe { imp(x, weight, eps, out) }
+        }
+
+        /// Otherwise identical to reference::silu_mul.
+        pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+            assert_eq!(gate.len(), up.len(), "silu_mul: lengths differ");
+            check_host();
+            #[target_feature(enable = $features)]
+            unsafe fn imp(gate: &mut [f32], up: &[f32]) {
+                // SAFETY: lengths checked equal by the wrapper.
+                unsafe { common::silu_mul(gate, up) }
+            }
+            // SAFETY: check_host() found the features `imp` is compiled for.
+            unsafe { imp(gate, up) }
+        }
+
+        /// Otherwise identical to reference::rope.
+        pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+            let half = head_dim / 2;
+            assert!(
+                x.len() % head_dim == 0 && cos.len() == half && sin.len() == half,
+                "rope: bad shapes"
+            );
+            check_host();
+            #[target_feature(enable = $features)]
+            unsafe fn imp(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+                // SAFETY: shapes checked by the wrapper.
+                unsafe { common::rope(x, head_dim, cos, sin) }
+            }
+            // SAFETY: check_host() found the features `imp` is compiled for.
+            unsafe { imp(x, head_dim, cos, sin) }
+        }
+
+        /// Otherwise identical to reference::attention (which it calls for a head_dim that is
+        /// not a multiple of 8).
+        #[allow(clippy::too_many_arguments)]
+        pub fn attention(
+            q: &[f32],
+            keys: KvSlice<'_>,
+            values: KvSlice<'_>,
+            n_pos: usize,
+            stride: usize,
+            offset: usize,
+            scale: f32,
+            out: &mut [f32],
+        ) {
+            check_host();
+            #[allow(clippy::too_many_arguments)]
+            #[target_feature(enable = $features)]
+            unsafe fn imp(
+                q: &[f32],
+                keys: KvSlice<'_>,
+                values: KvSlice<'_>,
+                n_pos: usize,
+                stride: usize,
+                offset: usize,
+                scale: f32,
+                out: &mut [f32],
+            ) -> bool {
+                let (hd, o) = (q.len(), out.len());
+                // SAFETY: check_attention asserts the shapes the twin relies on.
+                unsafe {
+                    match (keys, values) {
+                        (KvSlice::F16(k), KvSlice::F16(v)) => {
+                            common::check_attention(hd, o, k.len(), v.len(), n_pos, stride, offset);
+                            common::attention_any::<F16Lanes>(q, k, v, n_pos, stride, offset, scale, out)
+                        }
+                        (KvSlice::F32(k), KvSlice::F32(v)) => {
+                            common::check_attention(hd, o, k.len(), v.len(), n_pos, stride, offset);
+                            common::attention_any::<F32Lanes>(q, k, v, n_pos, stride, offset, scale, out)
+                        }
+                        _ => panic!("attention: keys and values differ in type"),
+                    }
+                }
+            }
+            // SAFETY: check_host() found the features `imp` is compiled for.
+            if !unsafe { imp(q, keys, values, n_pos, stride, offset, scale, out) } {
+                reference::attention(q, keys, values, n_pos, stride, offset, scale, out);
+            }
+        }
+    };
+}
+
+use backend;

@@ -1,0 +1,571 @@
+//! Every backend in `Kernels::available()` against the reference, entry by entry, bitwise
+//! (`to_bits` equality, never a tolerance): random data from a fixed-seed portable PRNG, the
+//! contract's awkward shapes (0, 1, 7, 8, 31, 32, 33, 63, 64, 65, real model sizes, row and
+//! token tails) and edge values (+-0, subnormals, huge, inf, NaN, int8 extremes, zero blocks).
+
+use inferno_core::kernels::{reference, Input, Kernels, KvSlice, Matrix, MatrixData};
+use inferno_core::quant::{
+    f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, GgmlType, QK,
+};
+
+/// splitmix64: portable, seeded.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    /// Roughly normal, times a random power of two in [2^-8, 2^8].
+    fn value(&mut self) -> f32 {
+        let s: f32 = (0..4)
+            .map(|_| (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+            .sum();
+        (s - 2.0) * (2.0f32).powi(self.below(17) as i32 - 8)
+    }
+    fn values(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.value()).collect()
+    }
+    /// Values with edge cases sprinkled in (about one in eight).
+    fn edgy_values(&mut self, n: usize, specials: bool) -> Vec<f32> {
+        const EDGES: [f32; 10] = [
+            0.0,
+            -0.0,
+            1e-40,
+            -1.4e-45,
+            1.2e-38,
+            1e30,
+            -3e38,
+            f32::MAX,
+            127.0,
+            -127.0,
+        ];
+        const SPECIALS: [f32; 3] = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        (0..n)
+            .map(|_| match self.below(8) {
+                0 if specials && self.below(4) == 0 => SPECIALS[self.below(SPECIALS.len())],
+                0 => EDGES[self.below(EDGES.len())],
+                _ => self.value(),
+            })
+            .collect()
+    }
+    /// f16 scale bits: mostly ordinary, sometimes zero, subnormal, huge or negative.
+    fn scale_f16(&mut self) -> u16 {
+        match self.below(10) {
+            0 => 0,
+            1 => 0x0001,          // smallest subnormal
+            2 => 0x7bff,          // 65504
+            3 => 0x8000 | 0x3c00, // -1.0
+            _ => f32_to_f16(self.value().abs() * 0.01),
+        }
+    }
+}
+
+fn backends() -> Vec<&'static Kernels> {
+    let all: Vec<_> = Kernels::available()
+        .into_iter()
+        .filter(|k| k.name != "reference")
+        .collect();
+    if all.is_empty() {
+        println!("skipped: this host has no SIMD backend besides the reference");
+    }
+    all
+}
+
+/// Bitwise equality, except that any NaN equals any NaN: Rust (RFC 3514) leaves the sign and
+/// payload of a NaN result unspecified when several NaNs meet (LLVM may commute `a + b`), so the
+/// reference itself does not fix them; that a result is NaN is fixed.
+fn assert_bits_eq(what: &str, backend: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what} [{backend}]: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            "{what} [{backend}]: element {i}: got {g:e} ({:#010x}), reference {w:e} ({:#010x})",
+            g.to_bits(),
+            w.to_bits()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul
+
+fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Matrix {
+    let n = rows * cols;
+    let nb = n / QK;
+    let data = match ty {
+        GgmlType::F32 => MatrixData::F32(rng.edgy_values(n, false)),
+        GgmlType::F16 => MatrixData::F16(
+            rng.edgy_values(n, false)
+                .into_iter()
+                .map(f32_to_f16)
+                .collect(),
+        ),
+        GgmlType::BF16 => MatrixData::BF16(
+            rng.edgy_values(n, false)
+                .into_iter()
+                .map(f32_to_bf16)
+                .collect(),
+        ),
+        GgmlType::Q4_0 => MatrixData::Q4_0(
+            (0..nb)
+                .map(|_| BlockQ4_0 {
+                    d: rng.scale_f16(),
+                    qs: std::array::from_fn(|_| {
+                        if rng.below(16) == 0 {
+                            0x88
+                        } else {
+                            rng.next_u64() as u8
+                        }
+                    }),
+                })
+                .collect(),
+        ),
+        GgmlType::Q4_1 => MatrixData::Q4_1(
+            (0..nb)
+                .map(|_| BlockQ4_1 {
+                    d: rng.scale_f16(),
+                    m: rng.scale_f16() ^ 0x8000,
+                    qs: std::array::from_fn(|_| {
+                        if rng.below(16) == 0 {
+                            0xff
+                        } else {
+                            rng.next_u64() as u8
+                        }
+                    }),
+                })
+                .collect(),
+        ),
+        GgmlType::Q8_0 => MatrixData::Q8_0(
+            (0..nb)
+                .map(|_| BlockQ8_0 {
+                    d: rng.scale_f16(),
+                    qs: std::array::from_fn(|_| match rng.below(8) {
+                        0 => -128,
+                        1 => 127,
+                        2 => -127,
+                        _ => rng.next_u64() as i8,
+                    }),
+                })
+                .collect(),
+        ),
+    };
+    Matrix { rows, cols, data }
+}
+
+/// Activations of `tokens` x `cols`, quantized by the reference when the weights want Q8;
+/// some blocks all zero, some with one huge value, some at the int8 extremes.
+fn random_activations(rng: &mut Rng, tokens: usize, cols: usize) -> Vec<f32> {
+    let mut x = rng.edgy_values(tokens * cols, false);
+    for block in x.chunks_mut(QK) {
+        match rng.below(8) {
+            0 => block.fill(0.0),
+            1 => block[rng.below(block.len())] = 1e6,
+            2 => block
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, v)| *v = if i % 2 == 0 { 1.0 } else { -1.0 }),
+            _ => {}
+        }
+    }
+    x
+}
+
+fn check_matmul(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    first_row: usize,
+    seed: u64,
+) {
+    let backends = backends();
+    let mut rng = Rng(seed);
+    let w = random_matrix(&mut rng, ty, first_row + rows + 2, cols);
+    let x = random_activations(&mut rng, tokens, cols);
+    let mut q8 = vec![BlockQ8Act::default(); x.len() / QK];
+    if w.wants_q8() {
+        reference::quantize_q8(&x, &mut q8);
+    }
+    let input = if w.wants_q8() {
+        Input::Q8(&q8)
+    } else {
+        Input::F32(&x)
+    };
+    let run = |k: &Kernels| {
+        let mut out = vec![0.0f32; tokens * rows];
+        let mut outs: Vec<&mut [f32]> = out.chunks_mut(rows.max(1)).take(tokens).collect();
+        if rows == 0 {
+            outs = (0..tokens).map(|_| <&mut [f32]>::default()).collect();
+        }
+        (k.matmul)(&w, first_row, &input, &mut outs);
+        out
+    };
+    let want = run(&reference::KERNELS);
+    for k in backends {
+        let what =
+            format!("matmul {ty:?} rows {rows} cols {cols} tokens {tokens} first_row {first_row}");
+        assert_bits_eq(&what, k.name, &run(k), &want);
+    }
+}
+
+macro_rules! matmul_cases {
+    ($($name:ident: $ty:ident, rows $rows:literal, cols $cols:literal, tokens $tokens:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                check_matmul(GgmlType::$ty, $rows, $cols, $tokens, 3, $rows * 1000 + $cols + $tokens);
+            }
+        )*
+    };
+}
+
+matmul_cases! {
+    matmul_q4_1_rows_70_cols_576_tokens_9_all_backends: Q4_1, rows 70, cols 576, tokens 9;
+    matmul_q4_1_rows_64_cols_1536_tokens_1_all_backends: Q4_1, rows 64, cols 1536, tokens 1;
+    matmul_q4_1_rows_33_cols_2048_tokens_5_all_backends: Q4_1, rows 33, cols 2048, tokens 5;
+    matmul_q4_1_rows_9_cols_5632_tokens_4_all_backends: Q4_1, rows 9, cols 5632, tokens 4;
+    matmul_q4_1_rows_1_cols_32_tokens_1_all_backends: Q4_1, rows 1, cols 32, tokens 1;
+    matmul_q4_1_rows_0_cols_64_tokens_2_all_backends: Q4_1, rows 0, cols 64, tokens 2;
+    matmul_q4_1_rows_7_cols_0_tokens_3_all_backends: Q4_1, rows 7, cols 0, tokens 3;
+    matmul_q4_0_rows_70_cols_576_tokens_9_all_backends: Q4_0, rows 70, cols 576, tokens 9;
+    matmul_q4_0_rows_64_cols_1536_tokens_1_all_backends: Q4_0, rows 64, cols 1536, tokens 1;
+    matmul_q4_0_rows_31_cols_2048_tokens_6_all_backends: Q4_0, rows 31, cols 2048, tokens 6;
+    matmul_q4_0_rows_8_cols_5632_tokens_7_all_backends: Q4_0, rows 8, cols 5632, tokens 7;
+    matmul_q4_0_rows_1_cols_32_tokens_1_all_backends: Q4_0, rows 1, cols 32, tokens 1;
+    matmul_q8_0_rows_70_cols_576_tokens_9_all_backends: Q8_0, rows 70, cols 576, tokens 9;
+    matmul_q8_0_rows_64_cols_576_tokens_1_all_backends: Q8_0, rows 64, cols 576, tokens 1;
+    matmul_q8_0_rows_65_cols_2048_tokens_3_all_backends: Q8_0, rows 65, cols 2048, tokens 3;
+    matmul_q8_0_rows_7_cols_5632_tokens_8_all_backends: Q8_0, rows 7, cols 5632, tokens 8;
+    matmul_q8_0_rows_1_cols_32_tokens_1_all_backends: Q8_0, rows 1, cols 32, tokens 1;
+    matmul_f32_rows_70_cols_576_tokens_9_all_backends: F32, rows 70, cols 576, tokens 9;
+    matmul_f32_rows_9_cols_65_tokens_3_all_backends: F32, rows 9, cols 65, tokens 3;
+    matmul_f32_rows_1_cols_0_tokens_1_all_backends: F32, rows 1, cols 0, tokens 1;
+    matmul_f16_rows_70_cols_576_tokens_9_all_backends: F16, rows 70, cols 576, tokens 9;
+    matmul_f16_rows_9_cols_33_tokens_2_all_backends: F16, rows 9, cols 33, tokens 2;
+    matmul_bf16_rows_70_cols_576_tokens_9_all_backends: BF16, rows 70, cols 576, tokens 9;
+    matmul_bf16_rows_9_cols_63_tokens_2_all_backends: BF16, rows 9, cols 63, tokens 2;
+}
+
+#[test]
+fn matmul_quantized_rows_1_to_70_cols_64_tokens_1_to_9_first_row_0_to_5_all_backends() {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for rows in 1..=70 {
+            for tokens in [1, 2, 3, 4, 5, 8, 9] {
+                check_matmul(ty, rows, 64, tokens, rows % 6, (rows * 10 + tokens) as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_float_cols_0_1_7_8_31_32_33_63_64_65_rows_1_to_12_tokens_1_to_3_all_backends() {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        for cols in [0, 1, 7, 8, 31, 32, 33, 63, 64, 65, 127, 129] {
+            for rows in [1, 5, 12] {
+                for tokens in 1..=3 {
+                    check_matmul(
+                        ty,
+                        rows,
+                        cols,
+                        tokens,
+                        1,
+                        (cols * 100 + rows * 10 + tokens) as u64,
+                    );
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// single-row quantized dots
+
+#[test]
+fn dot_q4_0_q4_1_q8_0_blocks_0_1_2_18_48_176_all_backends() {
+    let backends = backends();
+    for nb in [0, 1, 2, 18, 48, 176] {
+        let mut rng = Rng(nb as u64 + 7);
+        let x = random_activations(&mut rng, 1, nb * QK);
+        let mut q8 = vec![BlockQ8Act::default(); nb];
+        reference::quantize_q8(&x, &mut q8);
+        let (w0, w1, w8) = (
+            random_matrix(&mut rng, GgmlType::Q4_0, 1, nb * QK),
+            random_matrix(&mut rng, GgmlType::Q4_1, 1, nb * QK),
+            random_matrix(&mut rng, GgmlType::Q8_0, 1, nb * QK),
+        );
+        let (MatrixData::Q4_0(w0), MatrixData::Q4_1(w1), MatrixData::Q8_0(w8)) =
+            (w0.data, w1.data, w8.data)
+        else {
+            unreachable!()
+        };
+        for k in &backends {
+            let what = format!("dot_q*_q8 blocks {nb}");
+            assert_bits_eq(
+                &what,
+                k.name,
+                &[(k.dot_q4_0_q8)(&w0, &q8)],
+                &[reference::dot_q4_0_q8(&w0, &q8)],
+            );
+            assert_bits_eq(
+                &what,
+                k.name,
+                &[(k.dot_q4_1_q8)(&w1, &q8)],
+                &[reference::dot_q4_1_q8(&w1, &q8)],
+            );
+            assert_bits_eq(
+                &what,
+                k.name,
+                &[(k.dot_q8_0_q8)(&w8, &q8)],
+                &[reference::dot_q8_0_q8(&w8, &q8)],
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// elementwise entries
+
+const LENGTHS: [usize; 16] = [
+    0, 1, 7, 8, 31, 32, 33, 63, 64, 65, 127, 576, 1536, 2048, 5632, 5633,
+];
+
+#[test]
+fn dot_f32_lengths_0_to_5633_edge_values_all_backends() {
+    let backends = backends();
+    for (i, n) in LENGTHS.into_iter().enumerate() {
+        for specials in [false, true] {
+            let mut rng = Rng(100 + i as u64);
+            let (a, b) = (rng.edgy_values(n, specials), rng.edgy_values(n, specials));
+            for k in &backends {
+                assert_bits_eq(
+                    &format!("dot_f32 n {n}"),
+                    k.name,
+                    &[(k.dot_f32)(&a, &b)],
+                    &[reference::dot_f32(&a, &b)],
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn quantize_q8_blocks_0_1_2_18_48_176_edge_values_all_backends() {
+    let backends = backends();
+    for nb in [0, 1, 2, 18, 48, 176] {
+        for specials in [false, true] {
+            let mut rng = Rng(200 + nb as u64);
+            let mut x = rng.edgy_values(nb * QK, specials);
+            // A block of subnormals only (127 / amax overflows to inf), and an all-zero block.
+            if nb >= 2 {
+                x[..QK].iter_mut().enumerate().for_each(|(i, v)| {
+                    *v = f32::from_bits(i as u32 % 5) * if i % 2 == 0 { 1.0 } else { -1.0 }
+                });
+                x[QK..2 * QK].fill(0.0);
+            }
+            let mut want = vec![BlockQ8Act::default(); nb];
+            reference::quantize_q8(&x, &mut want);
+            for k in &backends {
+                let mut got = vec![
+                    BlockQ8Act {
+                        d: 1.0,
+                        sum: 9,
+                        qs: [5; QK]
+                    };
+                    nb
+                ];
+                (k.quantize_q8)(&x, &mut got);
+                for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        g.d.to_bits() == w.d.to_bits() && g.sum == w.sum && g.qs == w.qs,
+                        "quantize_q8 blocks {nb} [{}]: block {b}: got {g:?}, reference {w:?}",
+                        k.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rmsnorm_lengths_0_to_5633_edge_values_all_backends() {
+    let backends = backends();
+    for (i, n) in LENGTHS.into_iter().enumerate() {
+        for specials in [false, true] {
+            let mut rng = Rng(300 + i as u64);
+            let (x, w) = (rng.edgy_values(n, specials), rng.values(n));
+            let mut want = vec![0.0; n];
+            reference::rmsnorm(&x, &w, 1e-5, &mut want);
+            for k in &backends {
+                let mut got = vec![7.0; n];
+                (k.rmsnorm)(&x, &w, 1e-5, &mut got);
+                assert_bits_eq(&format!("rmsnorm n {n}"), k.name, &got, &want);
+            }
+        }
+    }
+}
+
+#[test]
+fn silu_mul_lengths_0_to_5633_edge_values_all_backends() {
+    let backends = backends();
+    for (i, n) in LENGTHS.into_iter().enumerate() {
+        let mut rng = Rng(400 + i as u64);
+        // Gates across exp's whole range, including overflow, underflow and specials.
+        let mut gate = rng.edgy_values(n, true);
+        for (j, g) in gate.iter_mut().enumerate().filter(|(j, _)| j % 3 == 0) {
+            *g = (j as f32 * 0.37).sin() * 120.0;
+        }
+        let up = rng.edgy_values(n, true);
+        let mut want = gate.clone();
+        reference::silu_mul(&mut want, &up);
+        for k in &backends {
+            let mut got = gate.clone();
+            (k.silu_mul)(&mut got, &up);
+            assert_bits_eq(&format!("silu_mul n {n}"), k.name, &got, &want);
+        }
+    }
+}
+
+#[test]
+fn rope_head_dim_2_6_16_64_128_heads_1_to_9_all_backends() {
+    let backends = backends();
+    for head_dim in [2, 6, 16, 24, 64, 128] {
+        for heads in [1, 3, 9] {
+            let mut rng = Rng((head_dim * 10 + heads) as u64);
+            let x = rng.edgy_values(head_dim * heads, true);
+            let angles: Vec<f32> = (0..head_dim / 2).map(|i| i as f32 * 0.7 + 0.1).collect();
+            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+            let mut want = x.clone();
+            reference::rope(&mut want, head_dim, &cos, &sin);
+            for k in &backends {
+                let mut got = x.clone();
+                (k.rope)(&mut got, head_dim, &cos, &sin);
+                assert_bits_eq(
+                    &format!("rope head_dim {head_dim} heads {heads}"),
+                    k.name,
+                    &got,
+                    &want,
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+/// A GQA-like cache: rows of 3 heads, this head at offset head_dim. `spread` scales the
+/// queries so scores span exp's underflow range.
+fn check_attention(
+    head_dim: usize,
+    n_pos: usize,
+    f16: bool,
+    spread: f32,
+    specials: bool,
+    seed: u64,
+) {
+    let backends = backends();
+    let mut rng = Rng(seed);
+    let stride = 3 * head_dim;
+    let q: Vec<f32> = rng
+        .values(head_dim)
+        .into_iter()
+        .map(|v| v * spread)
+        .collect();
+    let keys = rng.edgy_values(n_pos * stride, specials);
+    let values = rng.edgy_values(n_pos * stride, specials);
+    // Within f16's range, then exactly representable either way.
+    let clamp = |v: &Vec<f32>| -> Vec<f32> {
+        v.iter()
+            .map(|x| {
+                if x.is_finite() {
+                    x.clamp(-6e4, 6e4)
+                } else {
+                    *x
+                }
+            })
+            .collect()
+    };
+    let (keys, values) = (clamp(&keys), clamp(&values));
+    let (k16, v16): (Vec<u16>, Vec<u16>) = (
+        keys.iter().map(|&x| f32_to_f16(x)).collect(),
+        values.iter().map(|&x| f32_to_f16(x)).collect(),
+    );
+    let (ks, vs) = if f16 {
+        (KvSlice::F16(&k16), KvSlice::F16(&v16))
+    } else {
+        (KvSlice::F32(&keys), KvSlice::F32(&values))
+    };
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let mut want = vec![0.0; head_dim];
+    reference::attention(&q, ks, vs, n_pos, stride, head_dim, scale, &mut want);
+    for k in &backends {
+        let mut got = vec![3.0; head_dim];
+        (k.attention)(&q, ks, vs, n_pos, stride, head_dim, scale, &mut got);
+        let what = format!("attention head_dim {head_dim} n_pos {n_pos} f16 {f16} spread {spread} specials {specials}");
+        assert_bits_eq(&what, k.name, &got, &want);
+    }
+}
+
+#[test]
+fn attention_head_dim_64_128_n_pos_1_63_64_65_130_f16_and_f32_all_backends() {
+    for head_dim in [64, 128] {
+        for n_pos in [1, 63, 64, 65, 130] {
+            for f16 in [true, false] {
+                for spread in [1.0, 30.0] {
+                    check_attention(
+                        head_dim,
+                        n_pos,
+                        f16,
+                        spread,
+                        false,
+                        (head_dim * 1000 + n_pos) as u64,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_head_dim_8_16_24_40_n_pos_1_to_140_f16_and_f32_all_backends() {
+    for head_dim in [8, 16, 24, 40] {
+        for n_pos in [1, 2, 9, 64, 65, 127, 128, 140] {
+            for f16 in [true, false] {
+                check_attention(
+                    head_dim,
+                    n_pos,
+                    f16,
+                    4.0,
+                    false,
+                    (head_dim * 1000 + n_pos) as u64,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_head_dim_6_10_reference_fallback_all_backends() {
+    for head_dim in [6, 10] {
+        for f16 in [true, false] {
+            check_attention(head_dim, 70, f16, 1.0, false, head_dim as u64);
+        }
+    }
+}
+
+#[test]
+fn attention_head_dim_64_n_pos_65_inf_and_nan_in_cache_all_backends() {
+    for f16 in [true, false] {
+        for seed in 0..4 {
+            check_attention(64, 65, f16, 1.0, true, 77 + seed);
+        }
+    }
+}
