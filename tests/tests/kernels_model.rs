@@ -1,0 +1,117 @@
+//! Model-level determinism across backends: the logits of every backend in
+//! `Kernels::available()` equal the reference's bit for bit, on synthetic models of every weight
+//! type (batched prefill, then token-by-token decode) and on the real model (one short prompt).
+
+use std::sync::Arc;
+
+use inferno_core::engine::{Engine, EngineOptions};
+use inferno_core::kernels::Kernels;
+use inferno_core::model::WeightDtype;
+use inferno_core::parallel::Serial;
+use inferno_core::quant::GgmlType;
+use inferno_tests::{synthetic_gguf, SyntheticShape};
+
+/// A prompt of about 40 tokens.
+const PROMPT: &str = "The quick brown fox jumps over the lazy dog. In the beginning the Universe \
+                      was created; this has made a lot of people very angry and been widely \
+                      regarded as a bad move.";
+
+/// Prefill of the prompt (every position's logits), then three decode steps.
+fn logits(engine: &Engine, prompt: &[u32]) -> Vec<f32> {
+    let mut session = engine.new_session();
+    let mut all = session.append_all_logits(prompt).expect("prefill");
+    for &token in &prompt[..3] {
+        all.extend(session.append_all_logits(&[token]).expect("decode"));
+    }
+    all
+}
+
+fn assert_backends_match_reference(engine: &Engine, what: &str) {
+    let prompt = engine.encode_prompt(PROMPT).expect("prompt encodes");
+    let vocab = engine.config().vocab_size as u32;
+    let prompt: Vec<u32> = prompt.into_iter().map(|t| t % vocab).collect();
+    let reference =
+        engine.with_kernels(&inferno_core::kernels::reference::KERNELS, Arc::new(Serial));
+    let want = logits(&reference, &prompt);
+    let backends: Vec<_> = Kernels::available()
+        .into_iter()
+        .filter(|k| k.name != "reference")
+        .collect();
+    if backends.is_empty() {
+        println!("skipped: this host has no SIMD backend besides the reference");
+    }
+    for k in backends {
+        let got = logits(&engine.with_kernels(k, Arc::new(Serial)), &prompt);
+        assert_eq!(got.len(), want.len());
+        let vocab = vocab as usize;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits(),
+                "{what} [{}]: position {} logit {}: got {g:e}, reference {w:e}",
+                k.name,
+                i / vocab,
+                i % vocab
+            );
+        }
+    }
+}
+
+fn check_synthetic(shape: SyntheticShape, ty: GgmlType, dtype: WeightDtype, seed: u64) {
+    let bytes = synthetic_gguf(&shape, seed, ty);
+    let options = EngineOptions {
+        dtype,
+        ..Default::default()
+    };
+    let engine = Engine::from_gguf_bytes(&bytes, options).expect("synthetic model loads");
+    let what = format!("synthetic {shape:?} {ty:?} {dtype:?}");
+    assert_backends_match_reference(&engine, &what);
+}
+
+#[test]
+fn synthetic_tiny_q4_1_q4_0_q8_0_f16_bf16_f32_logits_all_backends() {
+    for ty in [
+        GgmlType::Q4_1,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
+    ] {
+        check_synthetic(SyntheticShape::tiny(), ty, WeightDtype::AsStored, 11);
+    }
+}
+
+#[test]
+fn synthetic_head_dim_128_q4_1_q8_0_logits_all_backends() {
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        check_synthetic(
+            SyntheticShape::head_dim_128(),
+            ty,
+            WeightDtype::AsStored,
+            12,
+        );
+    }
+}
+
+#[test]
+fn synthetic_untied_q4_0_logits_all_backends() {
+    check_synthetic(
+        SyntheticShape::untied(),
+        GgmlType::Q4_0,
+        WeightDtype::AsStored,
+        13,
+    );
+}
+
+#[test]
+fn synthetic_tiny_q4_1_dtype_f32_verification_path_logits_all_backends() {
+    check_synthetic(SyntheticShape::tiny(), GgmlType::Q4_1, WeightDtype::F32, 14);
+}
+
+#[test]
+fn real_model_prompt_40_tokens_logits_all_backends() {
+    let options = EngineOptions::default();
+    let engine =
+        Engine::from_gguf_bytes(inferno_tests::model_bytes(), options).expect("model loads");
+    assert_backends_match_reference(&engine, "SmolLM2-135M Q4_1");
+}
