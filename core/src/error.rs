@@ -6,8 +6,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("file is truncated: {what} needs {needed} bytes at offset {offset}, but the file has {len}")]
-    Truncated { what: String, offset: u64, needed: u64, len: u64 },
+    #[error(
+        "file is truncated: {what} needs {needed} bytes at offset {offset}, but the file has {len}"
+    )]
+    Truncated {
+        what: String,
+        offset: u64,
+        needed: u64,
+        len: u64,
+    },
 
     #[error("not a GGUF file: magic bytes are {found:02x?}, expected \"GGUF\"")]
     BadMagic { found: [u8; 4] },
@@ -16,22 +23,38 @@ pub enum Error {
     UnsupportedGgufVersion { version: u32 },
 
     #[error("tensor '{name}': unsupported tensor type {ggml_type} ({type_name})")]
-    UnsupportedTensorType { name: String, ggml_type: u32, type_name: String },
+    UnsupportedTensorType {
+        name: String,
+        ggml_type: u32,
+        type_name: String,
+    },
 
     #[error("tensor '{name}': expected shape {expected:?}, got {got:?}")]
-    ShapeMismatch { name: String, expected: Vec<usize>, got: Vec<usize> },
+    ShapeMismatch {
+        name: String,
+        expected: Vec<usize>,
+        got: Vec<usize>,
+    },
 
     #[error("tensor '{name}' is missing from the model file")]
     MissingTensor { name: String },
 
     #[error("tensor '{name}': data [{offset}, {offset}+{size}) lies outside the {len}-byte data section")]
-    TensorOutOfBounds { name: String, offset: u64, size: u64, len: u64 },
+    TensorOutOfBounds {
+        name: String,
+        offset: u64,
+        size: u64,
+        len: u64,
+    },
 
     #[error("metadata key '{key}': {problem}")]
     Metadata { key: String, problem: String },
 
     #[error("{format}: {problem}")]
-    Format { format: &'static str, problem: String },
+    Format {
+        format: &'static str,
+        problem: String,
+    },
 
     #[error("unsupported model architecture '{0}' (supported: llama, qwen2, qwen3, mistral)")]
     UnsupportedArchitecture(String),
@@ -55,17 +78,26 @@ pub enum Error {
     InvalidArgument(String),
 
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl Error {
     /// Shorthand for a [`Error::Format`] error.
     pub fn format(format: &'static str, problem: impl Into<String>) -> Self {
-        Error::Format { format, problem: problem.into() }
+        Error::Format {
+            format,
+            problem: problem.into(),
+        }
     }
 
     /// Shorthand for a [`Error::Metadata`] error.
     pub fn metadata(key: impl Into<String>, problem: impl Into<String>) -> Self {
-        Error::Metadata { key: key.into(), problem: problem.into() }
+        Error::Metadata {
+            key: key.into(),
+            problem: problem.into(),
+        }
     }
 }

@@ -8,7 +8,12 @@ use crate::Result;
 /// Per-token negative log-likelihood (natural log) of `tokens` under non-overlapping windows of
 /// `window` tokens: entry i is the NLL of token i, NaN for the first token of each window.
 /// `on_window(done, total)` is called after each window.
-pub fn window_nll(engine: &Engine, tokens: &[u32], window: usize, on_window: &mut dyn FnMut(usize, usize)) -> Result<Vec<f64>> {
+pub fn window_nll(
+    engine: &Engine,
+    tokens: &[u32],
+    window: usize,
+    on_window: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<f64>> {
     let window = window.max(2);
     let vocab = engine.config().vocab_size;
     let mut nll = vec![f64::NAN; tokens.len()];
@@ -52,10 +57,21 @@ pub fn perplexity(nll: &[f64], window: usize) -> Perplexity {
         }
         ((s / n.max(1) as f64).exp(), n)
     };
-    let (non_overlapping, non_overlapping_scored) = mean(&mut nll.iter().copied().filter(|v| !v.is_nan()));
+    let (non_overlapping, non_overlapping_scored) =
+        mean(&mut nll.iter().copied().filter(|v| !v.is_nan()));
     let full = nll.len() / window * window;
     let first = window / 2 + 1;
-    let (llamacpp_style, llamacpp_style_scored) =
-        mean(&mut nll[..full].iter().enumerate().filter(|(i, _)| i % window >= first).map(|(_, &v)| v));
-    Perplexity { non_overlapping, non_overlapping_scored, llamacpp_style, llamacpp_style_scored }
+    let (llamacpp_style, llamacpp_style_scored) = mean(
+        &mut nll[..full]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % window >= first)
+            .map(|(_, &v)| v),
+    );
+    Perplexity {
+        non_overlapping,
+        non_overlapping_scored,
+        llamacpp_style,
+        llamacpp_style_scored,
+    }
 }

@@ -17,8 +17,8 @@
 pub mod chat;
 pub mod config;
 pub mod engine;
-pub mod eval;
 pub mod error;
+pub mod eval;
 pub mod formats;
 pub mod kernels;
 pub mod model;

@@ -245,18 +245,31 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", serde_json::to_string(&ids)?);
             Ok(())
         }
-        Command::Perplexity { model, file, window, windows } => {
-            let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            let text = String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{} is not valid UTF-8 (byte {})", file.display(), e.utf8_error().valid_up_to()))?;
+        Command::Perplexity {
+            model,
+            file,
+            window,
+            windows,
+        } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let text = String::from_utf8(bytes).map_err(|e| {
+                anyhow::anyhow!(
+                    "{} is not valid UTF-8 (byte {})",
+                    file.display(),
+                    e.utf8_error().valid_up_to()
+                )
+            })?;
             let engine = model.engine()?;
             let mut tokens = engine.encode_prompt(&text)?;
             if windows > 0 {
                 tokens.truncate(windows * window);
             }
             let t0 = Instant::now();
-            let nll = inferno_core::eval::window_nll(&engine, &tokens, window, &mut |done, total| {
-                eprint!("\rwindow {done}/{total}");
-            })?;
+            let nll =
+                inferno_core::eval::window_nll(&engine, &tokens, window, &mut |done, total| {
+                    eprint!("\rwindow {done}/{total}");
+                })?;
             eprintln!();
             let p = inferno_core::eval::perplexity(&nll, window);
             println!("tokens {} | non-overlapping {window}: ppl {:.4} over {} tokens | llama.cpp-style: ppl {:.4} over {} tokens | {:.1} s | kernels {}", tokens.len(), p.non_overlapping, p.non_overlapping_scored, p.llamacpp_style, p.llamacpp_style_scored, t0.elapsed().as_secs_f64(), engine.kernels().name);

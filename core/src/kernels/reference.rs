@@ -46,7 +46,10 @@ pub fn dot_by(n: usize, product: impl Fn(usize) -> f32) -> f32 {
 /// The exact integer dot of two 32-element blocks (any order: integer sums are exact).
 #[inline(always)]
 fn dot_i8_block(w: &[i8; QK], x: &[i8; QK]) -> i32 {
-    w.iter().zip(x).map(|(&a, &b)| a as i16 as i32 * b as i16 as i32).sum()
+    w.iter()
+        .zip(x)
+        .map(|(&a, &b)| a as i16 as i32 * b as i16 as i32)
+        .sum()
 }
 
 /// The 32 values of a block of 4-bit quants: low nibbles are elements 0..16, high 16..32.
