@@ -544,14 +544,47 @@ unsafe fn reduce8(p: [__m256i; ROWS]) -> __m256i {
     }
 }
 
-/// (d, m) of 8 blocks as f32 (m is zero unless B::HAS_MIN): both are the f16s at the start
-/// of every block type here, read with one gather.
+/// 8 rows of blocks, `stride` bytes apart: the rows of one pass.
+#[derive(Clone, Copy)]
+struct RowGroup<B> {
+    first: *const B,
+    stride: usize,
+}
+
+impl<B> RowGroup<B> {
+    /// Block b of row r. Written as (first or first + 4 strides) + (r % 4) strides, so the
+    /// compiler can address all 8 rows from two pointers and two strides.
+    #[inline(always)]
+    unsafe fn block(self, r: usize, b: usize) -> *const B {
+        let base = self.first.wrapping_add(b);
+        let half = if r < 4 {
+            base
+        } else {
+            base.wrapping_byte_add(4 * self.stride)
+        };
+        half.wrapping_byte_add((r % 4) * self.stride)
+    }
+}
+
+/// (d, m) of block b of 8 rows as f32 (m is zero unless B::HAS_MIN): both are the f16s at the
+/// start of every block type here. Scalar loads, not a gather: gathers are slow on CPUs with
+/// the Gather Data Sampling mitigation.
 #[inline(always)]
-unsafe fn scales<B: WeightBlock>(first: *const B, byte_offsets: __m256i) -> (__m256, __m256) {
+unsafe fn scales<B: WeightBlock>(rows: RowGroup<B>, b: usize) -> (__m256, __m256) {
     // SAFETY: every block is at least 18 bytes, so 4 bytes at each block start are readable;
     // avx2 + f16c are enabled in the caller.
     unsafe {
-        let g = _mm256_i32gather_epi32::<1>(first.cast(), byte_offsets);
+        let head = |r: usize| rows.block(r, b).cast::<i32>().read_unaligned();
+        let g = _mm256_setr_epi32(
+            head(0),
+            head(1),
+            head(2),
+            head(3),
+            head(4),
+            head(5),
+            head(6),
+            head(7),
+        );
         let lo = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
         let hi = _mm256_srli_epi32::<16>(g);
         // packus per 128-bit half: [lo0..3, hi0..3 | lo4..7, hi4..7] -> [lo0..7 | hi0..7].
@@ -566,22 +599,27 @@ unsafe fn scales<B: WeightBlock>(first: *const B, byte_offsets: __m256i) -> (__m
     }
 }
 
-/// One pass: 8 rows (`rows[r]` points at row r's first block) by T tokens (`x[t]` at token t's
-/// first block), nb blocks each. Lane r of result t is reference::dot_*_q8(row r, token t).
+/// One pass: 8 rows by T tokens (`x[t]` points at token t's first block), nb blocks each.
+/// Lane r of result t is reference::dot_*_q8(row r, token t). `next` is where the next pass's
+/// rows lie (contiguous), fetched into cache meanwhile.
 #[inline(always)]
 unsafe fn tile<D: IntDot, B: WeightBlock, const T: usize>(
-    rows: &[*const B; ROWS],
-    byte_offsets: __m256i,
+    rows: RowGroup<B>,
+    next: *const B,
     x: &[*const BlockQ8Act; T],
     nb: usize,
 ) -> [__m256; T] {
-    // SAFETY: the caller guarantees nb readable blocks behind every pointer; features are
-    // enabled in the caller.
+    // SAFETY: the caller guarantees nb readable blocks in every row and token; prefetches
+    // never fault; features are enabled in the caller.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); T];
+        let per_block = ROWS * std::mem::size_of::<B>();
         for b in 0..nb {
-            let (d, m) = scales::<B>(rows[0].add(b), byte_offsets);
-            let w: [__m256i; ROWS] = std::array::from_fn(|r| (*rows[r].add(b)).unpack());
+            for line in (0..per_block).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_byte_add(b * per_block + line).cast());
+            }
+            let (d, m) = scales::<B>(rows, b);
+            let w: [__m256i; ROWS] = std::array::from_fn(|r| (*rows.block(r, b)).unpack());
             for t in 0..T {
                 let xb = &*x[t].add(b);
                 let xq = _mm256_loadu_si256(xb.qs.as_ptr().cast());
@@ -630,14 +668,29 @@ pub unsafe fn matmul_q<D: IntDot, B: WeightBlock>(
     );
     // SAFETY: the asserts above bound every block read; features are enabled in the caller.
     unsafe {
-        let block_bytes = std::mem::size_of::<B>();
+        let row_bytes = nb * std::mem::size_of::<B>();
+        let mut padded: Vec<B> = Vec::new();
         for r0 in (0..n_rows).step_by(ROWS) {
             let valid = (n_rows - r0).min(ROWS);
-            let rows: [*const B; ROWS] =
-                std::array::from_fn(|r| w.as_ptr().add((first_row + r0 + r.min(valid - 1)) * nb));
-            let offsets: [i32; ROWS] =
-                std::array::from_fn(|r| (r.min(valid - 1) * nb * block_bytes) as i32);
-            let byte_offsets = _mm256_loadu_si256(offsets.as_ptr().cast());
+            let first = w.as_ptr().add((first_row + r0) * nb);
+            let rows = if valid == ROWS {
+                RowGroup {
+                    first,
+                    stride: row_bytes,
+                }
+            } else {
+                // A last partial pass: its rows, then the last one repeated (lanes dropped).
+                padded.clear();
+                for r in 0..ROWS {
+                    let row = first_row + r0 + r.min(valid - 1);
+                    padded.extend_from_slice(&w[row * nb..(row + 1) * nb]);
+                }
+                RowGroup {
+                    first: padded.as_ptr(),
+                    stride: row_bytes,
+                }
+            };
+            let next = first.wrapping_add(ROWS * nb);
             let mut t0 = 0;
             while t0 < n_tokens {
                 let tt = (n_tokens - t0).min(TOKENS);
@@ -646,7 +699,7 @@ pub unsafe fn matmul_q<D: IntDot, B: WeightBlock>(
                     ($t:literal) => {{
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
-                        let acc = tile::<D, B, $t>(&rows, byte_offsets, &xs, nb);
+                        let acc = tile::<D, B, $t>(rows, next, &xs, nb);
                         for (lane, a) in lanes.iter_mut().zip(acc) {
                             _mm256_storeu_ps(lane.as_mut_ptr(), a);
                         }
