@@ -1,21 +1,78 @@
-//! The native executor behind core's `Parallel`: a fixed set of worker threads (rayon's pool
-//! for now; the spin pool of the native-speed work replaces it behind the same trait).
+//! The native executor behind core's `Parallel`: a spin pool (DESIGN.md section 5). N-1 worker
+//! threads wait on an epoch counter, spinning for about a millisecond and then sleeping on a
+//! condvar; the caller publishes a job, works on it too, and returns when every chunk is done.
 
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
 use inferno_core::parallel::Parallel;
 
+/// How long an idle worker spins before it sleeps. A decode step issues its parallel calls well
+/// under this apart, so workers stay hot during generation and cost no CPU between requests.
+const SPIN: Duration = Duration::from_millis(1);
+
+thread_local! {
+    /// Set on worker threads and on a caller while it runs a job: a `run` from there executes
+    /// inline, since the pool is busy with the job that made the call.
+    static IN_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Keeps the counters that every thread writes on their own cache lines.
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+#[derive(Default)]
+struct Shared {
+    /// The current job's epoch (high 32 bits) and its next unclaimed chunk (low 32 bits), in one
+    /// word so that a claim made with a stale epoch fails: a thread only ever calls the function
+    /// of the job whose chunk it claimed. Workers wait for the epoch to change.
+    ticket: Padded<AtomicU64>,
+    /// Chunks finished (run or panicked) in the current job; `run` returns when it reaches n.
+    done: Padded<AtomicUsize>,
+    /// The current job's chunk count, written before its ticket is published.
+    n: AtomicUsize,
+    /// The current job's function (lifetime erased, see `run`).
+    job: Mutex<Option<&'static (dyn Fn(usize) + Sync)>>,
+    /// The first panic of the current job, re-raised on the caller.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    sleepers: AtomicUsize,
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+}
+
 pub struct ThreadPool {
-    pool: rayon::ThreadPool,
-    threads: usize,
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// Held by the thread whose job is running; another thread calling `run` meanwhile runs inline.
+    submit: Mutex<()>,
 }
 
 impl ThreadPool {
+    /// A pool of `threads` threads in all: the caller plus `threads - 1` workers.
     pub fn new(threads: usize) -> anyhow::Result<ThreadPool> {
-        let threads = threads.max(1);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("inferno-worker-{i}"))
-            .build()?;
-        Ok(ThreadPool { pool, threads })
+        let shared = Arc::new(Shared::default());
+        let workers = (1..threads.max(1))
+            .map(|i| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("inferno-worker-{i}"))
+                    .spawn(move || worker(&shared))
+                    .context("cannot start a worker thread")
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(ThreadPool {
+            shared,
+            workers,
+            submit: Mutex::new(()),
+        })
     }
 
     /// The default thread count: every core but one left for the OS, at least one.
@@ -33,17 +90,157 @@ impl ThreadPool {
 
 impl Parallel for ThreadPool {
     fn threads(&self) -> usize {
-        self.threads
+        self.workers.len() + 1
     }
 
     fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
-        if n <= 1 || self.threads == 1 {
+        if n <= 1 || self.workers.is_empty() || IN_POOL.get() || n >= CLOSED as usize {
             (0..n).for_each(f);
             return;
         }
-        self.pool.install(|| {
-            use rayon::prelude::*;
-            (0..n).into_par_iter().for_each(f);
+        let _submit = match self.submit.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return (0..n).for_each(f),
+        };
+        let s = &*self.shared;
+        // SAFETY: the 'static reference is called only by a thread that claimed one of this job's
+        // chunks (the claim checks the epoch), and only until that chunk is counted in `done`.
+        // This function does not return before `done` reaches n, by which point every chunk is
+        // claimed and finished, so no call can start or still be running; and it cannot unwind
+        // before then, because every chunk, the caller's too, runs under catch_unwind.
+        let f_static = unsafe {
+            std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static (dyn Fn(usize) + Sync)>(f)
+        };
+        let epoch = ((s.ticket.0.load(Relaxed) >> 32) + 1) & 0xffff_ffff;
+        // Close the finished job's ticket before `n` changes: a worker still holding the old
+        // ticket must not pair it with the new `n` (its claim now fails instead).
+        s.ticket.0.store(epoch << 32 | CLOSED, Relaxed);
+        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(f_static);
+        s.done.0.store(0, Relaxed);
+        s.n.store(n, Release);
+        // SeqCst pairs with the sleeper count (see `worker`): either a worker sees the new epoch
+        // before it sleeps, or we see it asleep and wake it.
+        s.ticket.0.store(epoch << 32, SeqCst);
+        if s.sleepers.load(SeqCst) > 0 {
+            let _lock = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+
+        IN_POOL.set(true);
+        work(s, Some(f));
+        IN_POOL.set(false);
+
+        // Workers that never got to this job are not waited for: their claims fail.
+        let mut spins = 0u32;
+        while s.done.0.load(Acquire) < n {
+            // With more threads than cores, a worker holding a chunk may be waiting for our core.
+            spins = spins.saturating_add(1);
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let panic = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(payload) = panic {
+            drop(_submit);
+            resume_unwind(payload);
+        }
+    }
+}
+
+/// Claims and runs chunks of the published job until none are left. The caller passes the
+/// job's function; a worker fetches it at its first successful claim.
+fn work(s: &Shared, mut f: Option<&(dyn Fn(usize) + Sync)>) {
+    let mut ticket = s.ticket.0.load(Acquire);
+    loop {
+        let i = (ticket & CLOSED) as usize;
+        // Acquire: a new `n` means the ticket we hold is already closed, so the claim fails.
+        if i >= s.n.load(Acquire) {
+            return;
+        }
+        if let Err(now) = s
+            .ticket
+            .0
+            .compare_exchange_weak(ticket, ticket + 1, AcqRel, Acquire)
+        {
+            ticket = now;
+            continue;
+        }
+        ticket += 1;
+        let f = *f.get_or_insert_with(|| {
+            s.job
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("a chunk was claimed with no job published")
         });
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+            s.panic
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(payload);
+        }
+        s.done.0.fetch_add(1, Release);
+    }
+}
+
+/// The chunk index of a ticket whose job is being replaced; no chunk can be claimed from it.
+const CLOSED: u64 = 0xffff_ffff;
+
+/// True when `ticket` opens a job other than epoch `seen`.
+fn is_new_job(ticket: u64, seen: u64) -> bool {
+    ticket >> 32 != seen && ticket & CLOSED != CLOSED
+}
+
+fn worker(s: &Shared) {
+    IN_POOL.set(true);
+    let mut seen = 0;
+    loop {
+        // Spin on the epoch for a while, then sleep until `run` or `drop` bumps it.
+        let start = Instant::now();
+        let mut spins = 0u32;
+        let mut ticket = s.ticket.0.load(Acquire);
+        while !is_new_job(ticket, seen) {
+            spins = spins.wrapping_add(1);
+            if spins % 256 == 0 && start.elapsed() > SPIN {
+                let mut lock = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+                s.sleepers.fetch_add(1, SeqCst);
+                ticket = s.ticket.0.load(SeqCst);
+                while !is_new_job(ticket, seen) {
+                    lock = s.wake.wait(lock).unwrap_or_else(|e| e.into_inner());
+                    ticket = s.ticket.0.load(SeqCst);
+                }
+                s.sleepers.fetch_sub(1, SeqCst);
+                break;
+            }
+            std::hint::spin_loop();
+            ticket = s.ticket.0.load(Acquire);
+        }
+        if s.shutdown.load(Acquire) {
+            return;
+        }
+        // The epoch we woke for, not a later one: if that job is over already, `work` returns at
+        // once and the next one still counts as new.
+        seen = ticket >> 32;
+        work(s, None);
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        let s = &*self.shared;
+        s.shutdown.store(true, Release);
+        let epoch = ((s.ticket.0.load(Relaxed) >> 32) + 1) & 0xffff_ffff;
+        s.ticket.0.store(epoch << 32, SeqCst);
+        {
+            let _lock = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        for handle in self.workers.drain(..) {
+            // A worker never panics: chunks run under catch_unwind.
+            let _ = handle.join();
+        }
     }
 }

@@ -1,0 +1,72 @@
+//! Model-level determinism across thread counts (DESIGN.md section 3, rule 7): the spin pool with
+//! 1, 2, 3 and 8 threads gives the same logits bit for bit, on a synthetic model (batched prefill
+//! then token-by-token decode) and on the real model (one short prompt).
+
+use std::sync::Arc;
+
+use inferno_core::engine::{Engine, EngineOptions};
+use inferno_core::quant::GgmlType;
+use inferno_native::pool::ThreadPool;
+use inferno_tests::{synthetic_gguf, SyntheticShape};
+
+const PROMPT: &str = "Once upon a time, in a land far away, there lived a clockmaker who \
+                      could not tell the time.";
+
+fn engine(bytes: &[u8], threads: usize) -> Engine {
+    let pool = ThreadPool::new(threads).expect("pool starts");
+    Engine::from_gguf_bytes(
+        bytes,
+        EngineOptions {
+            parallel: Some(Arc::new(pool)),
+            ..Default::default()
+        },
+    )
+    .expect("model loads")
+}
+
+/// Every position's logits for the prompt, then three single-token decode steps.
+fn logits(engine: &Engine, prompt: &[u32]) -> Vec<f32> {
+    let mut session = engine.new_session();
+    let mut all = session.append_all_logits(prompt).expect("prefill");
+    for &token in &prompt[..3] {
+        all.extend(session.append_all_logits(&[token]).expect("decode"));
+    }
+    all
+}
+
+fn assert_same_for_every_thread_count(bytes: &[u8], what: &str) {
+    let one = engine(bytes, 1);
+    let vocab = one.config().vocab_size;
+    let prompt: Vec<u32> = one
+        .encode_prompt(PROMPT)
+        .expect("prompt encodes")
+        .into_iter()
+        .map(|t| t % vocab as u32)
+        .collect();
+    let want = logits(&one, &prompt);
+    for threads in [2, 3, 8] {
+        let got = logits(&engine(bytes, threads), &prompt);
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits(),
+                "{what} (threads={threads}, kernels={}): position {} logit {}: got {g:e}, \
+                 1 thread {w:e}",
+                one.kernels().name,
+                i / vocab,
+                i % vocab
+            );
+        }
+    }
+}
+
+#[test]
+fn synthetic_q4_1_same_logits_for_1_2_3_8_threads() {
+    let bytes = synthetic_gguf(&SyntheticShape::tiny(), 1, GgmlType::Q4_1);
+    assert_same_for_every_thread_count(&bytes, "synthetic tiny Q4_1");
+}
+
+#[test]
+fn real_model_same_logits_for_1_2_3_8_threads() {
+    assert_same_for_every_thread_count(inferno_tests::model_bytes(), "SmolLM2-135M Q4_1");
+}
