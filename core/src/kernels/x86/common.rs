@@ -13,11 +13,27 @@ use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ4_0, BlockQ4_1, BlockQ8Act, Bl
 /// lanes whose total is the dot. Callers keep `u * s` pair sums inside i16 (rule 4's operand
 /// ranges), so `maddubs` cannot saturate.
 pub trait IntDot: Sized {
+    /// Whether pair sums saturate at i16 (`maddubs`): then Q8_0 takes the sign trick instead of
+    /// its unsigned form (w + 128 would overflow a pair).
+    const SATURATES: bool;
+    /// 8 rows' unpacked weights as [`IntDot::dot8`] wants them.
+    type Packed: Copy;
+
     /// # Safety
     /// The backend's target features must be enabled in the caller.
     unsafe fn dot(u: __m256i, s: __m256i) -> __m256i;
 
-    /// The quantized matmul; a backend with wider registers may bring its own.
+    /// # Safety
+    /// The backend's target features must be enabled in the caller.
+    unsafe fn pack(w: [__m256i; ROWS]) -> Self::Packed;
+
+    /// Lane r = the exact integer dot of row r's weights with x (before B's offset term).
+    ///
+    /// # Safety
+    /// The backend's target features must be enabled in the caller.
+    unsafe fn dot8<B: WeightBlock>(w: &Self::Packed, x: __m256i) -> __m256i;
+
+    /// The quantized matmul.
     ///
     /// # Safety
     /// The backend's target features must be enabled in the caller.
@@ -31,6 +47,22 @@ pub trait IntDot: Sized {
     ) {
         // SAFETY: forwarded to the caller.
         unsafe { matmul_q::<Self, B>(w, nb, first_row, x, out) }
+    }
+}
+
+/// [`IntDot::dot8`] one row at a time: a 256-bit dot per row, then [`reduce8`].
+#[inline(always)]
+pub unsafe fn dot8_by_rows<D: IntDot, B: WeightBlock>(w: &[__m256i; ROWS], x: __m256i) -> __m256i {
+    // SAFETY: features are enabled in the caller.
+    unsafe {
+        reduce8(std::array::from_fn(|r| {
+            let (u, s) = if D::SATURATES {
+                B::operands(w[r], x)
+            } else {
+                (w[r], x)
+            };
+            D::dot(u, s)
+        }))
     }
 }
 
@@ -460,7 +492,7 @@ pub fn check_attention(
 // block. Each (row, token) lane sees exactly the reference's per-block sequence.
 
 /// Rows per pass: one f32 lane each.
-const ROWS: usize = 8;
+pub const ROWS: usize = 8;
 /// Tokens per unpacked weight block.
 const TOKENS: usize = 4;
 
@@ -470,8 +502,17 @@ pub trait WeightBlock: Copy {
     const HAS_MIN: bool;
     /// The integer dot is `dot(u, s) - SUM_OFFSET * sum_x`.
     const SUM_OFFSET: i32;
+    /// The offset of [`WeightBlock::unpack_unsigned`]'s form.
+    const UNSIGNED_OFFSET: i32 = Self::SUM_OFFSET;
     /// The block's quants in a register, unpacked once per (row, block).
     unsafe fn unpack(&self) -> __m256i;
+    /// The quants as unsigned bytes u with `dot(w, x) = dot(u, x) - UNSIGNED_OFFSET * sum_x`,
+    /// for dots that do not saturate.
+    #[inline(always)]
+    unsafe fn unpack_unsigned(&self) -> __m256i {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.unpack() }
+    }
     /// (unsigned, signed) operands of [`IntDot::dot`] for these unpacked weights and x's quants.
     #[inline(always)]
     unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
@@ -513,10 +554,17 @@ nibble_block!(BlockQ4_1, has_min: true, sum_offset: 0);
 impl WeightBlock for BlockQ8_0 {
     const HAS_MIN: bool = false;
     const SUM_OFFSET: i32 = 0;
+    /// w + 128 as an unsigned byte is w with its top bit flipped.
+    const UNSIGNED_OFFSET: i32 = 128;
     #[inline(always)]
     unsafe fn unpack(&self) -> __m256i {
         // SAFETY: 32 readable bytes; avx2 is enabled in the caller.
         unsafe { _mm256_loadu_si256(self.qs.as_ptr().cast()) }
+    }
+    #[inline(always)]
+    unsafe fn unpack_unsigned(&self) -> __m256i {
+        // SAFETY: as unpack.
+        unsafe { _mm256_xor_si256(self.unpack(), _mm256_set1_epi8(-128)) }
     }
     /// The sign trick: |w| * (x with w's sign). |w| <= 128 and |x| <= 127 keep pair sums in i16.
     #[inline(always)]
@@ -619,17 +667,25 @@ unsafe fn tile<D: IntDot, B: WeightBlock, const T: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(next.wrapping_byte_add(b * per_block + line).cast());
             }
             let (d, m) = scales::<B>(rows, b);
-            let w: [__m256i; ROWS] = std::array::from_fn(|r| (*rows.block(r, b)).unpack());
+            let w = D::pack(std::array::from_fn(|r| {
+                let block = &*rows.block(r, b);
+                if D::SATURATES {
+                    block.unpack()
+                } else {
+                    block.unpack_unsigned()
+                }
+            }));
+            let offset = if D::SATURATES {
+                B::SUM_OFFSET
+            } else {
+                B::UNSIGNED_OFFSET
+            };
             for t in 0..T {
                 let xb = &*x[t].add(b);
                 let xq = _mm256_loadu_si256(xb.qs.as_ptr().cast());
-                let p = std::array::from_fn(|r| {
-                    let (u, s) = B::operands(w[r], xq);
-                    D::dot(u, s)
-                });
-                let mut isum = reduce8(p);
-                if B::SUM_OFFSET != 0 {
-                    isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(B::SUM_OFFSET * xb.sum));
+                let mut isum = D::dot8::<B>(&w, xq);
+                if offset != 0 {
+                    isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(offset * xb.sum));
                 }
                 let dx = _mm256_set1_ps(xb.d);
                 let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx));
@@ -690,7 +746,7 @@ pub unsafe fn matmul_q<D: IntDot, B: WeightBlock>(
                     stride: row_bytes,
                 }
             };
-            let next = first.wrapping_add(ROWS * nb);
+            let next = first.wrapping_add(2 * ROWS * nb);
             let mut t0 = 0;
             while t0 < n_tokens {
                 let tt = (n_tokens - t0).min(TOKENS);
