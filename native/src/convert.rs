@@ -22,8 +22,11 @@ pub enum HfDtype {
 #[derive(ValueEnum, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub enum QuantType {
+    #[value(name = "q4_0")]
     Q4_0,
+    #[value(name = "q8_0")]
     Q8_0,
+    #[value(name = "f16")]
     F16,
 }
 
@@ -250,11 +253,7 @@ pub fn quantize(input: &Path, output: &Path, ty: QuantType) -> Result<()> {
                     values = half_split_to_interleaved(&values, heads, c.head_dim, t.shape[1]);
                 }
             }
-            let out_ty = if t.shape.len() == 2 && t.shape[1] % QK == 0 {
-                ty.ggml()
-            } else {
-                GgmlType::F32
-            };
+            let out_ty = output_type(&t.name, &t.shape, ty);
             w.add_tensor(
                 t.name.clone(),
                 out_ty,
@@ -273,6 +272,20 @@ pub fn quantize(input: &Path, output: &Path, ty: QuantType) -> Result<()> {
         );
         Ok(())
     })
+}
+
+/// The type a tensor is written in: norms and biases stay f32; the embedding (which is also the
+/// output projection when tied) and the output projection stay at 8 bits under a 4-bit target,
+/// as llama-quantize keeps them above the linear layers' precision.
+fn output_type(name: &str, shape: &[usize], target: QuantType) -> GgmlType {
+    if shape.len() != 2 || shape[1] % QK != 0 {
+        return GgmlType::F32;
+    }
+    let embedding = name == "token_embd.weight" || name == "output.weight";
+    match target {
+        QuantType::Q4_0 if embedding => GgmlType::Q8_0,
+        _ => target.ggml(),
+    }
 }
 
 /// Rows of a half-split (HF) Q/K matrix reordered into llama.cpp's interleaved order.
