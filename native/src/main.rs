@@ -1,7 +1,7 @@
 //! `inferno`: run, chat with, inspect, convert and quantize Llama-family models on this CPU.
 //! Generated text goes to stdout; progress, stats and errors to stderr.
 
-use inferno_native::{convert, load, pool};
+use inferno_native::{bench, convert, load, pool};
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -74,6 +74,8 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
     },
+    /// Measure prefill and decode speed (median of trials) against memory bandwidth.
+    Bench(bench::BenchArgs),
     /// Write a Hugging Face directory (safetensors, config.json, tokenizer files) from a model.
     Convert {
         /// Input model (GGUF file or HF directory).
@@ -276,6 +278,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Info { model } => convert::info(&model.path()),
+        Command::Bench(args) => bench::bench(&args),
         Command::Convert {
             input,
             output,

@@ -204,7 +204,7 @@ fn worker(s: &Shared) {
         let mut ticket = s.ticket.0.load(Acquire);
         while !is_new_job(ticket, seen) {
             spins = spins.wrapping_add(1);
-            if spins % 256 == 0 && start.elapsed() > SPIN {
+            if spins.is_multiple_of(256) && start.elapsed() > SPIN {
                 let mut lock = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
                 s.sleepers.fetch_add(1, SeqCst);
                 ticket = s.ticket.0.load(SeqCst);

@@ -1,0 +1,396 @@
+//! `inferno bench`: prefill and greedy-decode speed per (threads, prompt length), the median of
+//! several trials after a warm-up, with decode bytes/token set against a measured memory read
+//! bandwidth (DESIGN.md section 7). Prompts are generated prose, different for every trial.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use inferno_core::engine::{Engine, EngineOptions};
+use inferno_core::parallel::Parallel;
+use inferno_core::sampler::{Sampler, SamplerConfig};
+use serde::Serialize;
+
+use crate::{load, pool::ThreadPool};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// GGUF file or Hugging Face directory [default: the fetched SmolLM2-135M-Instruct].
+    #[arg(long, short)]
+    pub model: Option<PathBuf>,
+    /// Thread counts to measure, comma-separated [default: 1 and the default thread count].
+    #[arg(long, short, value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Prompt lengths in tokens, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [50, 500, 1500])]
+    pub prompt_lengths: Vec<usize>,
+    /// Timed trials per (threads, prompt length), after one warm-up; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub trials: usize,
+    /// Tokens to decode greedily after each prompt.
+    #[arg(long, default_value_t = 64)]
+    pub decode_tokens: usize,
+    /// One JSON object per line on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One line of `inferno bench --json`.
+#[derive(Serialize, Debug, Clone)]
+pub struct BenchRow {
+    pub model: String,
+    pub threads: usize,
+    pub kernels: String,
+    pub prompt_tokens: usize,
+    pub prefill_ms: f64,
+    pub prefill_tok_s: f64,
+    pub decode_tokens: usize,
+    pub decode_tok_s: f64,
+    /// Weight bytes read per decoded token times decode tokens/s.
+    pub decode_gb_s: f64,
+    /// This machine's read bandwidth with `threads` threads (the decode ceiling).
+    pub bandwidth_gb_s: f64,
+}
+
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    let path = args.model.clone().unwrap_or_else(load::default_model_path);
+    let mut threads = args.threads.clone();
+    if threads.is_empty() {
+        threads = vec![1, ThreadPool::default_threads()];
+        threads.dedup();
+    }
+    if threads.iter().any(|&t| t == 0 || t > 1024) {
+        bail!("--threads must be between 1 and 1024");
+    }
+    if args.trials == 0 {
+        bail!("--trials must be at least 1");
+    }
+    if args.prompt_lengths.contains(&0) {
+        bail!("--prompt-lengths must be at least 1");
+    }
+    let engine = load::load_engine(&path, EngineOptions::default())?;
+    let context = engine.config().context_length;
+    if let Some(&longest) = args.prompt_lengths.iter().max() {
+        if longest + args.decode_tokens > context {
+            bail!(
+                "a {longest}-token prompt plus {} decoded tokens exceeds the model's context of {context}",
+                args.decode_tokens
+            );
+        }
+    }
+    let model = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    let bytes_per_token = engine.weights().bytes_per_token();
+    eprintln!(
+        "model {model} | kernels {} | weights read per token {:.1} MB | {} trials after a warm-up, median",
+        engine.kernels().name,
+        bytes_per_token as f64 / 1e6,
+        args.trials
+    );
+    let prompts = Prompts::new(&engine, args)?;
+
+    let mut rows = Vec::new();
+    for &t in &threads {
+        let pool = Arc::new(ThreadPool::new(t)?);
+        let bandwidth_gb_s = read_bandwidth_gb_s(pool.as_ref())
+            .context("cannot measure the memory read bandwidth")?;
+        eprintln!("threads {t}: memory read bandwidth {bandwidth_gb_s:.1} GB/s (1 GiB, best of 3)");
+        let engine = engine.with_kernels(engine.kernels(), pool);
+        for (p, &prompt_tokens) in args.prompt_lengths.iter().enumerate() {
+            let mut prefill = Vec::new();
+            let mut decode = Vec::new();
+            for trial in 0..=args.trials {
+                let (pre, dec) = run_trial(&engine, prompts.get(p, trial), args.decode_tokens)?;
+                // Trial 0 is the warm-up: caches, page faults, CPU clocks.
+                if trial > 0 {
+                    prefill.push(pre);
+                    decode.push(dec);
+                }
+            }
+            let prefill_s = median(&mut prefill).as_secs_f64();
+            let decode_s = median(&mut decode).as_secs_f64();
+            let decode_tok_s = rate(args.decode_tokens, decode_s);
+            let row = BenchRow {
+                model: model.clone(),
+                threads: t,
+                kernels: engine.kernels().name.to_string(),
+                prompt_tokens,
+                prefill_ms: prefill_s * 1e3,
+                prefill_tok_s: rate(prompt_tokens, prefill_s),
+                decode_tokens: args.decode_tokens,
+                decode_tok_s,
+                decode_gb_s: bytes_per_token as f64 * decode_tok_s / 1e9,
+                bandwidth_gb_s,
+            };
+            if args.json {
+                println!("{}", serde_json::to_string(&row)?);
+            }
+            eprintln!(
+                "  threads {t} prompt {prompt_tokens}: prefill {:.1} ms = {:.1} tok/s | decode {:.1} tok/s",
+                row.prefill_ms, row.prefill_tok_s, row.decode_tok_s
+            );
+            rows.push(row);
+        }
+    }
+    print_table(&rows, args.json);
+    Ok(())
+}
+
+/// Times a prefill of `prompt` in a fresh session, then `decode_tokens` greedy steps.
+fn run_trial(
+    engine: &Engine,
+    prompt: &[u32],
+    decode_tokens: usize,
+) -> Result<(Duration, Duration)> {
+    let mut session = engine.new_session();
+    let mut sampler = Sampler::new(SamplerConfig::greedy());
+    let t0 = Instant::now();
+    session.append(prompt)?;
+    let prefill = t0.elapsed();
+    let t1 = Instant::now();
+    // Every step decodes, end-of-generation tokens included, so each trial times the same work.
+    for _ in 0..decode_tokens {
+        let token = sampler.sample(session.logits()?, &[]);
+        session.append(&[token])?;
+    }
+    Ok((prefill, t1.elapsed()))
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn rate(tokens: usize, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        tokens as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+fn print_table(rows: &[BenchRow], to_stderr: bool) {
+    let mut out = String::new();
+    out.push_str("| threads | prompt | prefill ms | prefill tok/s | decode tok/s | decode GB/s | bandwidth GB/s | % of bandwidth |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.0}% |\n",
+            r.threads,
+            r.prompt_tokens,
+            r.prefill_ms,
+            r.prefill_tok_s,
+            r.decode_tok_s,
+            r.decode_gb_s,
+            r.bandwidth_gb_s,
+            100.0 * r.decode_gb_s / r.bandwidth_gb_s.max(1e-9),
+        ));
+    }
+    if to_stderr {
+        eprint!("{out}");
+    } else {
+        print!("{out}");
+    }
+}
+
+/// Sums a 1 GiB array with every thread of `pool` (contiguous slices, one per thread) and
+/// returns the best of 3 passes in GB/s. The sum is what a decode step does to the weights.
+pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<f64> {
+    const BYTES: usize = 1 << 30;
+    let mut data: Vec<u64> = Vec::new();
+    data.try_reserve_exact(BYTES / 8)
+        .context("cannot allocate 1 GiB")?;
+    // Written, not just allocated, so that every page is really mapped before timing.
+    data.resize(BYTES / 8, 1);
+    let parts = pool.threads();
+    let part_len = data.len().div_ceil(parts);
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let total = std::sync::atomic::AtomicU64::new(0);
+        let t0 = Instant::now();
+        pool.run(parts, &|i| {
+            let part = data.chunks(part_len).nth(i).unwrap_or_default();
+            // Eight independent sums so the loop is bound by loads, not by one add chain.
+            let mut acc = [0u64; 8];
+            for block in part.chunks_exact(8) {
+                for (a, &x) in acc.iter_mut().zip(block) {
+                    *a = a.wrapping_add(x);
+                }
+            }
+            let sum = acc.iter().fold(0u64, |s, &a| s.wrapping_add(a));
+            total.fetch_add(sum, std::sync::atomic::Ordering::Relaxed);
+        });
+        best = best.min(t0.elapsed().as_secs_f64());
+        std::hint::black_box(total.into_inner());
+    }
+    Ok(BYTES as f64 / best / 1e9)
+}
+
+/// Prompts of exact token lengths built from generated prose: every (length, trial) pair starts
+/// from its own seed, so no two prompts share a prefix and nothing can be reused between trials.
+struct Prompts {
+    /// [prompt length index][trial] token ids.
+    prompts: Vec<Vec<Vec<u32>>>,
+}
+
+impl Prompts {
+    fn new(engine: &Engine, args: &BenchArgs) -> Result<Prompts> {
+        let vocab = engine.config().vocab_size as u32;
+        let mut prompts = Vec::new();
+        for (p, &len) in args.prompt_lengths.iter().enumerate() {
+            let mut trials = Vec::new();
+            for trial in 0..=args.trials {
+                let mut rng = SplitMix64((p as u64) << 32 | trial as u64);
+                let mut text = String::new();
+                let mut ids = Vec::new();
+                while ids.len() < len {
+                    // About 60 tokens a paragraph: extend, then re-tokenize the whole text.
+                    let words = (len - ids.len()).max(8);
+                    text.push_str(&paragraph(&mut rng, words));
+                    ids = engine.encode_prompt(&text)?;
+                }
+                ids.truncate(len);
+                // A model with a smaller vocabulary than its tokenizer must still accept them.
+                trials.push(ids.into_iter().map(|t| t % vocab).collect());
+            }
+            prompts.push(trials);
+        }
+        Ok(Prompts { prompts })
+    }
+
+    fn get(&self, length_index: usize, trial: usize) -> &[u32] {
+        &self.prompts[length_index][trial]
+    }
+}
+
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn pick<'a>(&mut self, words: &[&'a str]) -> &'a str {
+        words[(self.next() % words.len() as u64) as usize]
+    }
+}
+
+const SUBJECTS: &[&str] = &[
+    "the old miller",
+    "a quiet engineer",
+    "the harbour master",
+    "my grandmother",
+    "the committee",
+    "a travelling musician",
+    "the village baker",
+    "the young botanist",
+    "our neighbour",
+    "the night watchman",
+    "a curious child",
+    "the lighthouse keeper",
+    "the surveyor",
+    "the weaver's apprentice",
+    "a retired sailor",
+    "the schoolteacher",
+    "the clockmaker",
+];
+const VERBS: &[&str] = &[
+    "repaired",
+    "described",
+    "carried",
+    "painted",
+    "measured",
+    "forgot",
+    "discovered",
+    "sold",
+    "borrowed",
+    "studied",
+    "counted",
+    "buried",
+    "polished",
+    "questioned",
+    "followed",
+    "mapped",
+];
+const ADJECTIVES: &[&str] = &[
+    "crooked",
+    "silver",
+    "enormous",
+    "fragile",
+    "ancient",
+    "muddy",
+    "bright",
+    "forgotten",
+    "narrow",
+    "cheerful",
+    "heavy",
+    "strange",
+    "wooden",
+    "distant",
+    "careful",
+    "golden",
+];
+const OBJECTS: &[&str] = &[
+    "bridge",
+    "letters",
+    "garden",
+    "telescope",
+    "river",
+    "ledger",
+    "windmill",
+    "orchard",
+    "lantern",
+    "railway",
+    "chapel",
+    "violin",
+    "map of the coast",
+    "harvest",
+    "staircase",
+    "market square",
+];
+const PLACES: &[&str] = &[
+    "before the storm",
+    "after the fair",
+    "near the northern pass",
+    "during the long winter",
+    "beside the canal",
+    "under a grey sky",
+    "at the edge of town",
+    "on the first of May",
+    "while the bells rang",
+    "in the spring of that year",
+    "behind the old mill",
+];
+
+/// A paragraph of at least `words` words of plain, varied English.
+fn paragraph(rng: &mut SplitMix64, words: usize) -> String {
+    let mut out = String::new();
+    let mut count = 0;
+    while count < words {
+        let sentence = format!(
+            "{} {} the {} {} {}, and {} {} it too. ",
+            rng.pick(SUBJECTS),
+            rng.pick(VERBS),
+            rng.pick(ADJECTIVES),
+            rng.pick(OBJECTS),
+            rng.pick(PLACES),
+            rng.pick(SUBJECTS),
+            rng.pick(VERBS),
+        );
+        let mut chars = sentence.chars();
+        if let Some(first) = chars.next() {
+            out.extend(first.to_uppercase());
+            out.push_str(chars.as_str());
+        }
+        count += sentence.split_whitespace().count();
+    }
+    out.push_str("\n\n");
+    out
+}
