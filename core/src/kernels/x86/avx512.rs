@@ -23,9 +23,11 @@ impl common::IntDot for DpbusdZmm {
     unsafe fn pack(w: [__m256i; common::ROWS]) -> Self::Packed {
         // SAFETY: avx512f is enabled in the caller.
         unsafe {
-            std::array::from_fn(|k| {
-                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w[2 * k]), w[2 * k + 1])
-            })
+            let mut packed = [_mm512_setzero_si512(); common::ROWS / 2];
+            for (k, pk) in packed.iter_mut().enumerate() {
+                *pk = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w[2 * k]), w[2 * k + 1]);
+            }
+            packed
         }
     }
 
@@ -34,8 +36,10 @@ impl common::IntDot for DpbusdZmm {
         // SAFETY: avx512f/bw/vnni are enabled in the caller. Integer sums are exact in any order.
         unsafe {
             let xx = _mm512_broadcast_i64x4(x);
-            let v: [__m512i; 4] =
-                std::array::from_fn(|k| _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[k], xx));
+            let mut v = [_mm512_setzero_si512(); 4];
+            for (vk, wk) in v.iter_mut().zip(w) {
+                *vk = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *wk, xx);
+            }
             // 128-bit chunks: [row 2k: c0 c1 | row 2k+1: c2 c3] -> pairs summed, four rows each.
             let rows_0123 = _mm512_add_epi32(
                 _mm512_shuffle_i32x4::<0b10_00_10_00>(v[0], v[1]),

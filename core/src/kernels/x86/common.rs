@@ -55,14 +55,16 @@ pub trait IntDot: Sized {
 pub unsafe fn dot8_by_rows<D: IntDot, B: WeightBlock>(w: &[__m256i; ROWS], x: __m256i) -> __m256i {
     // SAFETY: features are enabled in the caller.
     unsafe {
-        reduce8(std::array::from_fn(|r| {
+        let mut p = [_mm256_setzero_si256(); ROWS];
+        for r in 0..ROWS {
             let (u, s) = if D::SATURATES {
                 B::operands(w[r], x)
             } else {
                 (w[r], x)
             };
-            D::dot(u, s)
-        }))
+            p[r] = D::dot(u, s);
+        }
+        reduce8(p)
     }
 }
 
@@ -217,13 +219,10 @@ pub unsafe fn exp8(x: __m256) -> __m256 {
         let ni = _mm256_cvtps_epi32(n);
         let n1 = _mm256_srai_epi32::<1>(_mm256_add_epi32(ni, _mm256_srli_epi32::<31>(ni)));
         let n2 = _mm256_sub_epi32(ni, n1);
-        let pow2 = |k: __m256i| {
-            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-                k,
-                _mm256_set1_epi32(127),
-            )))
-        };
-        let y = _mm256_mul_ps(_mm256_mul_ps(p, pow2(n1)), pow2(n2));
+        let bias = _mm256_set1_epi32(127);
+        let pow2_n1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
+        let pow2_n2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
+        let y = _mm256_mul_ps(_mm256_mul_ps(p, pow2_n1), pow2_n2);
         let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_UNDERFLOW));
         let over = _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(EXP_OVERFLOW));
         let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
@@ -241,7 +240,10 @@ pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
         let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (xb, block) in x.chunks_exact(QK).zip(out.iter_mut()) {
-            let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(xb.as_ptr().add(8 * k)));
+            let mut v = [_mm256_setzero_ps(); 4];
+            for (k, vk) in v.iter_mut().enumerate() {
+                *vk = _mm256_loadu_ps(xb.as_ptr().add(8 * k));
+            }
             // `max(|v|, m)` keeps m when |v| is NaN, as the reference's `if |v| > m` does.
             let mut m = _mm256_setzero_ps();
             for vk in v {
@@ -252,7 +254,8 @@ pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
             // No NaN is left and every lane is >= +0.0: any order gives the same maximum.
             let amax = lanes.iter().fold(0.0f32, |a, &b| if b > a { b } else { a });
             let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
-            let q: [__m256i; 4] = std::array::from_fn(|k| {
+            let mut q = [_mm256_setzero_si256(); 4];
+            for k in 0..4 {
                 let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
                     _mm256_mul_ps(v[k], _mm256_set1_ps(id)),
                 );
@@ -262,8 +265,8 @@ pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
                     _mm256_max_ps(r, _mm256_set1_ps(-127.0)),
                     _mm256_set1_ps(127.0),
                 );
-                _mm256_cvtps_epi32(r)
-            });
+                q[k] = _mm256_cvtps_epi32(r);
+            }
             let total =
                 _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
             let bytes = _mm256_packs_epi16(
@@ -385,7 +388,10 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
     // SAFETY: the caller checked q.len() == out.len() == 8 * N, offset + 8N <= stride and
     // n_pos * stride <= keys.len(), values.len(); avx2 + f16c are enabled in the caller.
     unsafe {
-        let qv: [__m256; N] = std::array::from_fn(|j| _mm256_loadu_ps(q.as_ptr().add(8 * j)));
+        let mut qv = [_mm256_setzero_ps(); N];
+        for (j, qj) in qv.iter_mut().enumerate() {
+            *qj = _mm256_loadu_ps(q.as_ptr().add(8 * j));
+        }
         let mut o = [_mm256_setzero_ps(); N];
         let mut m = f32::NEG_INFINITY;
         let mut l = 0.0f32;
@@ -408,7 +414,7 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
             }
             let m_new = if block_max > m { block_max } else { m };
             let c = math::exp(m - m_new);
-            l = l * c;
+            l *= c;
             let cv = _mm256_set1_ps(c);
             for oj in o.iter_mut() {
                 *oj = _mm256_mul_ps(*oj, cv);
@@ -420,7 +426,7 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
             }
             for t in start..end {
                 let pt = p[t - start];
-                l = l + pt;
+                l += pt;
                 let pv = _mm256_set1_ps(pt);
                 let v = values.as_ptr().add(t * stride + offset);
                 for (j, oj) in o.iter_mut().enumerate() {
@@ -667,14 +673,16 @@ unsafe fn tile<D: IntDot, B: WeightBlock, const T: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(next.wrapping_byte_add(b * per_block + line).cast());
             }
             let (d, m) = scales::<B>(rows, b);
-            let w = D::pack(std::array::from_fn(|r| {
+            let mut unpacked = [_mm256_setzero_si256(); ROWS];
+            for (r, u) in unpacked.iter_mut().enumerate() {
                 let block = &*rows.block(r, b);
-                if D::SATURATES {
+                *u = if D::SATURATES {
                     block.unpack()
                 } else {
                     block.unpack_unsigned()
-                }
-            }));
+                };
+            }
+            let w = D::pack(unpacked);
             let offset = if D::SATURATES {
                 B::SUM_OFFSET
             } else {
