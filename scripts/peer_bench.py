@@ -115,17 +115,17 @@ def peer_main(args):
 
 def run_lines(cmd, what):
     print(f"running {what}: {' '.join(map(str, cmd))}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
-        print(f"{what} failed (exit {proc.returncode}); leaving it out", file=sys.stderr)
+        print(f"{what} failed (exit {proc.returncode}); leaving it out:\n{proc.stderr[-2000:]}", file=sys.stderr)
         return []
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def common_flags(args):
+def flags(args, threads, length):
     return [
-        "--threads", ",".join(map(str, args.threads)),
-        "--prompt-lengths", ",".join(map(str, args.prompt_lengths)),
+        "--threads", str(threads),
+        "--prompt-lengths", str(length),
         "--trials", str(args.trials),
         "--decode-tokens", str(args.decode_tokens),
     ]
@@ -152,19 +152,26 @@ def main():
         args.build = args.peer
         return peer_main(args)
 
-    rows = []
-    if not args.no_inferno:
-        if not args.inferno.is_file():
-            parser.error(f"{args.inferno} not found: cargo build --release -p inferno-native")
-        cmd = [args.inferno, "bench", "--model", args.model, "--json"] + common_flags(args)
-        rows += run_lines(cmd, "inferno")
+    if not args.no_inferno and not args.inferno.is_file():
+        parser.error(f"{args.inferno} not found: cargo build --release -p inferno-native")
+    peers = []
     for build in [b for b in args.builds.split(",") if b]:
         python = CACHE / "peers" / build / "venv/bin/python"
-        if not python.is_file():
+        if python.is_file():
+            peers.append((build, python))
+        else:
             print(f"peer {build} not built ({python}): run scripts/peer-llamacpp.sh {build}", file=sys.stderr)
-            continue
-        cmd = [python, __file__, "--peer", build, "--model", args.model] + common_flags(args)
-        rows += run_lines(cmd, f"llama.cpp {build}")
+    rows = []
+    # The engines take turns on every (threads, prompt length), so a change in the machine's load
+    # during the run skews both sides of a ratio alike.
+    for threads in args.threads:
+        for length in args.prompt_lengths:
+            if not args.no_inferno:
+                cmd = [args.inferno, "bench", "--model", args.model, "--json"]
+                rows += run_lines(cmd + flags(args, threads, length), "inferno")
+            for build, python in peers:
+                cmd = [python, __file__, "--peer", build, "--model", args.model]
+                rows += run_lines(cmd + flags(args, threads, length), f"llama.cpp {build}")
     if args.json:
         for row in rows:
             print(json.dumps(row))

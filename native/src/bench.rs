@@ -90,6 +90,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         bytes_per_token as f64 / 1e6,
         args.trials
     );
+    // Other processes on the cores skew every figure; say how busy the machine was.
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        eprintln!("load average at start: {}", load.trim());
+    }
     let prompts = Prompts::new(&engine, args)?;
 
     let mut rows = Vec::new();
@@ -134,6 +138,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             );
             rows.push(row);
         }
+    }
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        eprintln!("load average at end: {}", load.trim());
     }
     print_table(&rows, args.json);
     Ok(())
