@@ -1,12 +1,13 @@
 # inferno: the two commands of the README.
 #   make run [PROMPT="..."]   fetch the default model (once), build, answer a prompt, streamed
 #   make test                 everything the project promises, checked (what CI runs)
+#   make serve                build the wasm and serve the chat page + model on 127.0.0.1:8080
 
 PROMPT ?= Explain in two sentences why the sky is blue.
 CARGO  ?= cargo
 MODEL  := $(shell echo $${INFERNO_CACHE:-$$HOME/.cache/inferno})/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup model build test-rust test-wasm-build clean
+.PHONY: run test setup model build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm
 
 run: model build
 	./target/release/inferno run --model "$(MODEL)" "$(PROMPT)"
@@ -21,7 +22,7 @@ model:
 build:
 	$(CARGO) build --release -p inferno-native
 
-test: setup model build test-rust test-wasm-build
+test: setup model build test-rust test-wasm-build test-wasm
 
 # Unit and integration tests of every crate, optimized (the model tests run a real forward).
 # The CLI tests run the binary built above.
@@ -31,6 +32,26 @@ test-rust:
 # core must build for the browser: no threads, no file system, no x86 assumptions.
 test-wasm-build: setup
 	$(CARGO) build --release -p inferno-core --target wasm32-unknown-unknown
+
+# The browser: wasm-bindgen CLI, npm tools (package-lock.json), Chromium for the browser tests.
+setup-wasm: setup
+	./scripts/setup-wasm.sh --browser
+
+# Three builds into www/pkg/<variant>/: scalar reference, simd128, simd128 + relaxed-simd.
+WASM_VARIANTS ?= reference simd128 relaxed
+wasm: setup-wasm
+	@for v in $(WASM_VARIANTS); do ./scripts/build-wasm.sh $$v || exit 1; done
+
+serve: wasm model
+	node scripts/serve.mjs --port $${PORT:-8080} --model "$(MODEL)"
+
+# Every wasm build's logits == native reference bitwise (Node), and the chat page in Chromium.
+test-wasm: wasm model build
+	WASM_VARIANTS="$(WASM_VARIANTS)" INFERNO_WASM_TESTS=1 INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release -p inferno-tests --test wasm_browser -- --test-threads=1 --nocapture
+
+# Browser vs native vs wllama tokens/s (not part of make test).
+bench-wasm: wasm model build
+	node tests/wasm/bench.mjs --model "$(MODEL)"
 
 clean:
 	$(CARGO) clean

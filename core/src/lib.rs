@@ -5,6 +5,7 @@
 //! - [`config`]: the model's shape, read from metadata.
 //! - [`quant`]: block formats and reference quantizers.
 //! - [`tokenizer`], [`chat`]: text <-> token ids, chat templates.
+//! - [`chat_session`]: a conversation over one session, streamed token by token.
 //! - [`kernels`]: THE reduction contract and the per-backend function tables.
 //! - [`parallel`]: how core asks for independent work to be split (core never spawns threads).
 //! - [`model`]: immutable weights and the forward pass.
@@ -15,6 +16,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod chat;
+pub mod chat_session;
 pub mod config;
 pub mod engine;
 pub mod error;

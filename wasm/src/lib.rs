@@ -1,1 +1,255 @@
-//! (browser crate: a later issue)
+//! inferno-wasm: the browser's boundary over inferno-core. Nothing is computed here: every
+//! export converts JS values, calls [`Engine`] or [`ChatSession`], and turns errors into
+//! `JsError` (a panic is reported to the console by the panic hook).
+//!
+//! - [`WasmEngine`]: a model loaded from the bytes of a GGUF file (or an HF directory's files);
+//!   tokenize / detokenize, config, and raw logits for tests.
+//! - [`WasmChat`]: a conversation whose KV cache is kept between turns, streamed one token per
+//!   call so the worker can post each piece and honour Stop between tokens.
+
+use inferno_core::chat_session::ChatSession;
+use inferno_core::engine::{Engine, EngineOptions};
+use inferno_core::formats::hf_dir::HfFiles;
+use inferno_core::formats::ModelSource;
+use inferno_core::sampler::{argmax, SamplerConfig};
+use js_sys::{Array, Function, Uint8Array};
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen(start)]
+pub fn start() {
+    console_error_panic_hook::set_once();
+}
+
+fn js_error(e: inferno_core::Error) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+/// Calls `progress(done, total)` during the weight load, if given (errors in it are ignored:
+/// progress is cosmetic).
+fn progress_callback(progress: Option<Function>) -> impl FnMut(usize, usize) {
+    move |done, total| {
+        if let Some(f) = &progress {
+            let _ = f.call2(
+                &JsValue::NULL,
+                &JsValue::from(done as f64),
+                &JsValue::from(total as f64),
+            );
+        }
+    }
+}
+
+#[wasm_bindgen]
+pub struct WasmEngine {
+    engine: Engine,
+}
+
+impl WasmEngine {
+    fn from_source(
+        source: &ModelSource<'_>,
+        progress: Option<Function>,
+    ) -> Result<WasmEngine, JsError> {
+        let mut progress = progress_callback(progress);
+        let engine =
+            Engine::from_source_with_progress(source, EngineOptions::default(), &mut progress)
+                .map_err(js_error)?;
+        Ok(WasmEngine { engine })
+    }
+}
+
+#[wasm_bindgen]
+impl WasmEngine {
+    /// Loads a GGUF file. The bytes are copied into wasm memory for parsing and dropped once the
+    /// weights are repacked, so the caller can release its buffer right after.
+    #[wasm_bindgen(constructor)]
+    pub fn new(gguf: &[u8], progress: Option<Function>) -> Result<WasmEngine, JsError> {
+        let file = inferno_core::formats::gguf::GgufFile::parse(gguf).map_err(js_error)?;
+        let source = ModelSource::from_gguf(&file).map_err(js_error)?;
+        WasmEngine::from_source(&source, progress)
+    }
+
+    /// Loads a Hugging Face directory's files: config.json, the safetensors shards (an array
+    /// of Uint8Array), tokenizer.json, and optionally tokenizer_config.json and
+    /// chat_template.jinja.
+    pub fn from_hf(
+        config_json: String,
+        shards: Array,
+        tokenizer_json: String,
+        tokenizer_config_json: Option<String>,
+        chat_template: Option<String>,
+        progress: Option<Function>,
+    ) -> Result<WasmEngine, JsError> {
+        let shard_bytes: Vec<Vec<u8>> = shards
+            .iter()
+            .map(|s| {
+                s.dyn_into::<Uint8Array>()
+                    .map(|a| a.to_vec())
+                    .map_err(|_| JsError::new("every shard must be a Uint8Array"))
+            })
+            .collect::<Result<_, _>>()?;
+        let files = HfFiles {
+            config_json,
+            shards: shard_bytes.iter().map(Vec::as_slice).collect(),
+            tokenizer_json: Some(tokenizer_json),
+            tokenizer_config_json,
+            chat_template,
+        };
+        let source = ModelSource::from_hf(&files).map_err(js_error)?;
+        WasmEngine::from_source(&source, progress)
+    }
+
+    /// The kernel backend the engine runs ("reference", "simd128", "relaxed", ...).
+    pub fn kernels(&self) -> String {
+        self.engine.kernels().name.to_string()
+    }
+
+    /// The model's shape as an HF-style config.json.
+    pub fn config(&self) -> String {
+        self.engine.config().to_hf_json()
+    }
+
+    /// Token ids of `text` (special tokens parsed, no BOS added).
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, JsError> {
+        self.engine.tokenizer().encode(text).map_err(js_error)
+    }
+
+    pub fn detokenize(&self, ids: &[u32]) -> Result<String, JsError> {
+        self.engine.tokenizer().decode(ids, false).map_err(js_error)
+    }
+
+    /// Logits after the last of `ids`, one forward from an empty cache (for the bitwise tests).
+    pub fn forward_logits(&self, ids: &[u32]) -> Result<Vec<f32>, JsError> {
+        let mut session = self.engine.new_session();
+        session.append(ids).map_err(js_error)?;
+        Ok(session.logits().map_err(js_error)?.to_vec())
+    }
+
+    /// `n` greedy tokens after `ids` (argmax, end-of-generation tokens included).
+    pub fn greedy(&self, ids: &[u32], n: usize) -> Result<Vec<u32>, JsError> {
+        let mut session = self.engine.new_session();
+        session.append(ids).map_err(js_error)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = argmax(session.logits().map_err(js_error)?);
+            session.append(&[id]).map_err(js_error)?;
+            out.push(id);
+        }
+        Ok(out)
+    }
+}
+
+/// What `sync_draft` or `begin_turn` did to the cache.
+#[wasm_bindgen]
+#[derive(Clone, Copy)]
+pub struct CacheStats {
+    /// Tokens of the rendered conversation (0 for a draft).
+    pub prompt_tokens: u32,
+    /// Tokens already in the cache.
+    pub reused: u32,
+    /// Tokens run through the model by this call.
+    pub prefilled: u32,
+}
+
+#[wasm_bindgen]
+pub struct WasmChat {
+    chat: ChatSession,
+}
+
+#[wasm_bindgen]
+impl WasmChat {
+    #[wasm_bindgen(constructor)]
+    pub fn new(engine: &WasmEngine) -> WasmChat {
+        WasmChat {
+            chat: ChatSession::new(&engine.engine),
+        }
+    }
+
+    /// Sets the system message (empty or undefined removes it); the conversation starts over.
+    pub fn set_system(&mut self, system: Option<String>) {
+        self.chat.set_system(system.as_deref());
+    }
+
+    /// Forgets the turns (the cache is reused by the next turn where it still matches).
+    pub fn reset(&mut self) {
+        self.chat.reset();
+    }
+
+    /// Sampler settings; temperature 0 is greedy. The seed restarts the random stream.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_sampler(
+        &mut self,
+        temperature: f32,
+        top_k: u32,
+        top_p: f32,
+        min_p: f32,
+        repeat_penalty: f32,
+        seed: f64,
+        max_tokens: u32,
+    ) -> Result<(), JsError> {
+        if !(seed.is_finite() && seed >= 0.0 && seed <= 2f64.powi(53)) {
+            return Err(JsError::new("seed must be an integer between 0 and 2^53"));
+        }
+        self.chat
+            .set_sampler(SamplerConfig {
+                temperature,
+                top_k: top_k as usize,
+                top_p,
+                min_p,
+                repeat_penalty,
+                seed: seed as u64,
+                ..SamplerConfig::default()
+            })
+            .map_err(js_error)?;
+        self.chat.max_tokens = max_tokens as usize;
+        Ok(())
+    }
+
+    /// Strings that end a reply (not shown), e.g. a role marker the model might write.
+    pub fn set_stop(&mut self, stop: Vec<String>) {
+        self.chat.stop = stop;
+    }
+
+    /// Compose-while-typing: prefills the conversation with `draft` as the next user message.
+    pub fn sync_draft(&mut self, draft: &str) -> Result<CacheStats, JsError> {
+        let d = self.chat.sync_draft(draft).map_err(js_error)?;
+        Ok(CacheStats {
+            prompt_tokens: 0,
+            reused: d.reused as u32,
+            prefilled: d.prefilled as u32,
+        })
+    }
+
+    /// Starts the assistant's reply to `user` (prefill happens here).
+    pub fn begin_turn(&mut self, user: &str) -> Result<CacheStats, JsError> {
+        let t = self.chat.begin_turn(user).map_err(js_error)?;
+        Ok(CacheStats {
+            prompt_tokens: t.prompt_tokens as u32,
+            reused: t.reused as u32,
+            prefilled: t.prefilled as u32,
+        })
+    }
+
+    /// One token of the reply: its text (possibly empty), or undefined when the reply is over.
+    pub fn next_token(&mut self) -> Result<Option<String>, JsError> {
+        self.chat.next_token().map_err(js_error)
+    }
+
+    /// Records the turn (also a reply stopped early) and returns the reply's text.
+    pub fn end_turn(&mut self) -> Result<String, JsError> {
+        self.chat.end_turn().map_err(js_error)
+    }
+
+    /// Tokens sampled in the current (or last) turn.
+    pub fn turn_tokens(&self) -> u32 {
+        self.chat.turn_tokens() as u32
+    }
+
+    /// Why the reply ended ("EndOfGeneration", "MaxTokens", ...), if it has.
+    pub fn stop_reason(&self) -> Option<String> {
+        self.chat.stop_reason().map(|r| format!("{r:?}"))
+    }
+
+    /// Tokens held in the KV cache.
+    pub fn cached_tokens(&self) -> u32 {
+        self.chat.session().len() as u32
+    }
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds one browser variant of inferno-wasm into www/pkg/<variant>/ (wasm-bindgen --target web,
+# then wasm-opt -O3 from npm binaryen when installed). Variants: reference (scalar), simd128,
+# relaxed (simd128 + relaxed-simd). Each has its own target dir, so RUSTFLAGS never invalidate
+# another build's cache. Prints the time of each step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+variant=${1:?usage: build-wasm.sh reference|simd128|relaxed}
+case "$variant" in
+    reference) features="" ;;
+    simd128) features="+simd128" ;;
+    relaxed) features="+simd128,+relaxed-simd" ;;
+    *) echo "unknown wasm variant '$variant' (reference, simd128, relaxed)" >&2; exit 2 ;;
+esac
+flags=""
+[ -n "$features" ] && flags="-C target-feature=$features"
+target_dir=target/wasm-$variant
+out=www/pkg/$variant
+t0=$(date +%s)
+RUSTFLAGS="$flags" cargo build --quiet -p inferno-wasm --target wasm32-unknown-unknown \
+    --profile wasm-release --target-dir "$target_dir"
+t1=$(date +%s)
+"${CARGO_HOME:-$HOME/.cargo}/bin/wasm-bindgen" --target web --no-typescript --out-dir "$out" \
+    "$target_dir/wasm32-unknown-unknown/wasm-release/inferno_wasm.wasm"
+t2=$(date +%s)
+opt="skipped (no node_modules/.bin/wasm-opt)"
+if [ -x node_modules/.bin/wasm-opt ] && [ "${WASM_OPT:-1}" != 0 ]; then
+    enable="--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
+        --enable-mutable-globals --enable-multivalue --enable-reference-types"
+    case "$variant" in
+        simd128) enable="$enable --enable-simd" ;;
+        relaxed) enable="$enable --enable-simd --enable-relaxed-simd" ;;
+    esac
+    # shellcheck disable=SC2086
+    node_modules/.bin/wasm-opt -O3 $enable "$out/inferno_wasm_bg.wasm" -o "$out/inferno_wasm_bg.wasm.opt"
+    mv "$out/inferno_wasm_bg.wasm.opt" "$out/inferno_wasm_bg.wasm"
+    opt="$(( $(date +%s) - t2 )) s"
+fi
+echo "wasm $variant: cargo $((t1 - t0)) s, wasm-bindgen $((t2 - t1)) s, wasm-opt $opt," \
+    "$(stat -c %s "$out/inferno_wasm_bg.wasm") bytes" >&2

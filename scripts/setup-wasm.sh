@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the browser build and its tests need, once (idempotent; make calls it):
+# the wasm32 target, the wasm-bindgen CLI at the crate's exact version, the npm tools
+# (binaryen's wasm-opt, playwright-core, wllama for the bench) and, with --browser, Chromium.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want=$(sed -n 's/^wasm-bindgen = "=\(.*\)"$/\1/p' Cargo.toml)
+rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown \
+    || rustup target add wasm32-unknown-unknown
+wasm_bindgen="${CARGO_HOME:-$HOME/.cargo}/bin/wasm-bindgen"
+if ! "$wasm_bindgen" --version 2>/dev/null | grep -qx "wasm-bindgen $want"; then
+    echo "installing wasm-bindgen-cli $want (about 15 minutes, once) ..." >&2
+    # No --locked: a pinned dependency version of its lock file is missing from the mirror.
+    cargo install wasm-bindgen-cli --version "$want" >&2
+fi
+if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ] \
+    || [ ! -d node_modules/@wllama/wllama ]; then
+    npm ci --no-audit --no-fund >&2
+fi
+if [ "${1:-}" = "--browser" ] && [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+    else
+        sudo apt-get update -qq >&2 && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+    fi
+fi

@@ -1,0 +1,54 @@
+// Browser bench (make bench-wasm; not part of make test): inferno's wasm build and wllama
+// (single thread) in headless Chromium on the same GGUF, and native `inferno bench --threads 1`,
+// as one table of prefill and decode tokens/s for 50- and 500-token prompts.
+//   node tests/wasm/bench.mjs [--model path.gguf] [--variant simd128] [--no-wllama]
+import { execFileSync } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { launchChromium } from './chromium.mjs';
+import { defaultModelPath, startServer } from '../../scripts/serve.mjs';
+
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1] : fallback;
+};
+const model = arg('--model', defaultModelPath());
+const variant = arg('--variant', '');
+const lengths = arg('--lengths', '50,500');
+const repo = resolve(new URL('../..', import.meta.url).pathname);
+
+const server = await startServer({ port: 0, model });
+const browser = await launchChromium();
+const rows = [];
+try {
+  const page = browser.page;
+  page.on('console', (m) => console.log(`  [page] ${m.text()}`));
+  const query = new URLSearchParams({ lengths });
+  if (variant) query.set('variant', variant);
+  if (process.argv.includes('--no-wllama')) query.set('wllama', '0');
+  await page.goto(`${server.url}bench.html?${query}`);
+  await page.waitForFunction(() => window.benchResult, null, { timeout: 30 * 60_000, polling: 1000 });
+  const result = await page.evaluate(() => window.benchResult);
+  if (result.error) throw new Error(result.error);
+  rows.push(...result.rows);
+} finally {
+  await browser.close();
+  await server.close();
+}
+
+const native = execFileSync(join(repo, 'target/release/inferno'),
+  ['bench', '--model', model, '--threads', '1', '--prompt-lengths', lengths, '--trials', '3', '--json'],
+  { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+for (const line of native.split('\n').filter(Boolean)) {
+  const r = JSON.parse(line);
+  rows.push({ engine: `native ${r.kernels} (1 thread)`, prompt_tokens: r.prompt_tokens, prefill_tok_s: r.prefill_tok_s, decode_tok_s: r.decode_tok_s });
+}
+
+const nativeRow = (n) => rows.find((r) => r.engine.startsWith('native') && r.prompt_tokens === n);
+console.log('\n| engine | prompt | prefill tok/s | decode tok/s | prefill vs native | decode vs native |');
+console.log('|---|---|---|---|---|---|');
+for (const r of rows) {
+  const nat = nativeRow(r.prompt_tokens);
+  const pct = (a, b) => (b ? `${(100 * a / b).toFixed(0)}%` : '');
+  console.log(`| ${r.engine} | ${r.prompt_tokens} | ${r.prefill_tok_s.toFixed(1)} | ${r.decode_tok_s.toFixed(1)} | ` +
+    `${pct(r.prefill_tok_s, nat?.prefill_tok_s)} | ${pct(r.decode_tok_s, nat?.decode_tok_s)} |`);
+}

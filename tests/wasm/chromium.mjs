@@ -1,0 +1,23 @@
+// Debian's Chromium, headless, with a fresh profile (the flags ../shared/WASM-NOTES.md found
+// to work here). Returns { context, page, close } ; close() also deletes the profile.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+export async function launchChromium(options = {}) {
+  const profile = mkdtempSync(join(tmpdir(), 'inferno-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    ...options,
+  });
+  const page = context.pages()[0] || (await context.newPage());
+  const close = async () => {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  };
+  return { context, page, close };
+}

@@ -1,0 +1,205 @@
+// The page: UI only. Every computation happens in worker.js; this file sends it the messages of
+// protocol.js and draws what comes back. URL parameters: ?model=URL (default model.gguf next to
+// the page), ?autoload=0 (wait for a click), ?variant=reference|simd128|relaxed (force a build),
+// ?maxModelMB=N (a lower size limit, for tests of the too-large error).
+import { ToWorker, FromWorker, MAX_MODEL_BYTES } from './protocol.js';
+
+const $ = (id) => document.getElementById(id);
+const params = new URL(location.href).searchParams;
+const modelUrl = new URL(params.get('model') || 'model.gguf', location.href).href;
+const maxBytes = params.has('maxModelMB') ? Number(params.get('maxModelMB')) * 1048576 : MAX_MODEL_BYTES;
+const DRAFT_DELAY_MS = 200;
+
+let worker;
+let loaded = false;      // a model is ready
+let busy = false;        // loading or generating
+let reply = null;        // the assistant message element being streamed
+let draftTimer = 0;
+
+function startWorker() {
+  const variant = params.get('variant');
+  worker = new Worker(`worker.js${variant ? `?variant=${encodeURIComponent(variant)}` : ''}`, { type: 'module' });
+  worker.onmessage = ({ data }) => on[data.type]?.(data);
+  worker.onerror = (e) => showError(`the worker failed: ${e.message || e}`);
+}
+
+const send = (type, fields = {}) => worker.postMessage({ type, ...fields });
+
+function showError(message) {
+  $('error-text').textContent = message;
+  $('error').hidden = false;
+}
+
+function hideError() {
+  $('error').hidden = true;
+}
+
+function setBusy(value) {
+  busy = value;
+  const generating = value && reply !== null;
+  $('input').disabled = !loaded;
+  $('send').disabled = !loaded || value;
+  $('stop').disabled = !generating;
+  $('reset').disabled = !loaded || value;
+  $('download').disabled = value;
+  $('file').disabled = value;
+}
+
+const mb = (n) => `${(n / 1048576).toFixed(1)} MB`;
+
+function settings() {
+  const num = (id, fallback) => {
+    const v = Number($(id).value);
+    return Number.isFinite(v) ? v : fallback;
+  };
+  return {
+    temperature: Math.max(0, num('temperature', 0.7)),
+    topP: Math.min(1, Math.max(0.01, num('top-p', 0.95))),
+    seed: Math.max(0, Math.floor(num('seed', 0))),
+    maxTokens: Math.max(1, Math.floor(num('max-tokens', 256))),
+    system: $('system').value.trim(),
+  };
+}
+
+function addMessage(role, text) {
+  const el = document.createElement('div');
+  el.className = `msg ${role}`;
+  el.textContent = text;
+  $('chat').append(el);
+  $('chat').scrollTop = $('chat').scrollHeight;
+  return el;
+}
+
+function loadFromUrl() {
+  hideError();
+  setBusy(true);
+  $('model-status').textContent = `downloading ${modelUrl.split('/').pop()}…`;
+  send(ToWorker.LOAD_URL, { url: modelUrl, maxBytes });
+}
+
+// Worker -> page, one handler per message of protocol.js.
+const on = {
+  [FromWorker.WASM]({ variant }) {
+    $('model-status').textContent = `wasm build: ${variant}`;
+  },
+  [FromWorker.DOWNLOAD]({ loaded: got, total, cached }) {
+    $('download-progress').value = total ? got / total : 0;
+    $('download-text').textContent = `${mb(got)}${total ? ` of ${mb(total)}` : ''}${cached ? ' (from the browser cache)' : ''}`;
+  },
+  [FromWorker.LOAD]({ done, total }) {
+    $('load-progress').value = total ? done / total : 0;
+    $('load-text').textContent = `${done} of ${total} tensors`;
+  },
+  [FromWorker.LOADED]({ kernels, variant, config, ms, bytes, name }) {
+    loaded = true;
+    setBusy(false);
+    $('load-progress').value = 1;
+    $('load-text').textContent = `ready in ${(ms / 1000).toFixed(1)} s`;
+    const layers = config.num_hidden_layers ?? '?';
+    $('model-status').textContent = `${name} (${mb(bytes)}, ${layers} layers) · wasm ${variant} · kernels ${kernels}`;
+    document.body.dataset.ready = '1';
+    $('input').focus();
+  },
+  [FromWorker.DRAFTED]({ reused, prefilled, ms }) {
+    if (!busy) $('stats').textContent = `draft: ${prefilled} tokens prefilled ahead (${reused} kept) in ${ms.toFixed(0)} ms`;
+  },
+  [FromWorker.TURN_START]({ promptTokens, reused, prefilled, ms }) {
+    reply.dataset.prefill = `${prefilled}`;
+    $('stats').textContent = `prefill ${prefilled} tokens (${reused} of ${promptTokens} reused) in ${ms.toFixed(0)} ms`;
+  },
+  [FromWorker.TOKEN]({ text }) {
+    reply.textContent += text;
+    $('chat').scrollTop = $('chat').scrollHeight;
+  },
+  [FromWorker.TURN_END]({ text, stop, prefilled, prefillMs, decoded, decodeMs }) {
+    reply.textContent = text;
+    reply.dataset.done = '1';
+    reply.dataset.stop = stop;
+    const rate = (n, ms) => (ms > 0 ? (n / ms) * 1000 : 0).toFixed(1);
+    const meta = document.createElement('span');
+    meta.className = 'meta';
+    meta.textContent = `prefill ${prefilled} tok at ${rate(prefilled, prefillMs)} tok/s · ` +
+      `decode ${decoded} tok at ${rate(decoded, decodeMs)} tok/s · ${stop}`;
+    $('stats').textContent = meta.textContent;
+    reply.after(meta);
+    reply = null;
+    setBusy(false);
+    $('input').focus();
+  },
+  [FromWorker.ERROR]({ message, during, fatal }) {
+    showError(during === 'load' ? `Could not load the model: ${message}` : `Error (${during}): ${message}`);
+    if (reply) {
+      reply.dataset.done = '1';
+      reply = null;
+    }
+    if (fatal) {
+      // The wasm instance trapped: start over with a fresh worker (and the default model).
+      worker.terminate();
+      loaded = false;
+      startWorker();
+      if (params.get('autoload') !== '0') loadFromUrl();
+      return;
+    }
+    setBusy(false);
+    if (!loaded && during === 'load') $('model-status').textContent = 'no model loaded';
+  },
+};
+
+function submit() {
+  const text = $('input').value;
+  if (!loaded || busy || !text.trim()) return;
+  clearTimeout(draftTimer);
+  hideError();
+  addMessage('user', text);
+  reply = addMessage('assistant', '');
+  $('input').value = '';
+  setBusy(true);
+  send(ToWorker.SETTINGS, settings());
+  send(ToWorker.SEND, { text });
+}
+
+$('composer').addEventListener('submit', (e) => {
+  e.preventDefault();
+  submit();
+});
+$('input').addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    submit();
+  }
+});
+// Compose-while-typing: once typing pauses, the worker prefills the draft.
+$('input').addEventListener('input', () => {
+  clearTimeout(draftTimer);
+  draftTimer = setTimeout(() => {
+    if (loaded && !busy && $('input').value.trim()) {
+      send(ToWorker.SETTINGS, settings());
+      send(ToWorker.DRAFT, { text: $('input').value });
+    }
+  }, DRAFT_DELAY_MS);
+});
+$('stop').addEventListener('click', () => send(ToWorker.STOP));
+$('reset').addEventListener('click', () => {
+  send(ToWorker.RESET);
+  $('chat').replaceChildren();
+  $('stats').textContent = '';
+});
+$('system').addEventListener('change', () => {
+  $('chat').replaceChildren();
+  if (loaded && !busy) send(ToWorker.SETTINGS, settings());
+});
+$('download').addEventListener('click', loadFromUrl);
+$('file').addEventListener('change', () => {
+  const file = $('file').files[0];
+  if (!file) return;
+  hideError();
+  setBusy(true);
+  $('model-status').textContent = `reading ${file.name}…`;
+  send(ToWorker.LOAD_FILE, { file, maxBytes });
+  $('file').value = '';
+});
+$('error-close').addEventListener('click', hideError);
+
+startWorker();
+setBusy(false);
+if (params.get('autoload') !== '0') loadFromUrl();
