@@ -8,11 +8,25 @@ use crate::config::ModelConfig;
 use crate::formats::gguf::GgufFile;
 use crate::formats::{ModelSource, SpecialTokens, TokenizerSource};
 use crate::kernels::Kernels;
-use crate::model::{WeightDtype, Weights};
+use crate::model::{Tuning, WeightDtype, Weights};
 use crate::parallel::{Parallel, Serial};
 use crate::session::Session;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
+
+/// Load-time tuning: a few tens of ms at most; `INFERNO_AUTOTUNE=0` keeps the defaults (tests
+/// that build many engines). wasm keeps the defaults (it runs serially).
+fn tune(weights: &Weights, kernels: &'static Kernels, parallel: &dyn Parallel) -> Tuning {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        if std::env::var("INFERNO_AUTOTUNE").as_deref() != Ok("0") {
+            let budget = std::time::Duration::from_millis(40);
+            return Tuning::autotune(weights, kernels, parallel, budget);
+        }
+    }
+    let _ = (weights, kernels, parallel);
+    Tuning::default()
+}
 
 /// How to build an [`Engine`].
 #[derive(Clone, Default)]
@@ -36,6 +50,8 @@ struct Inner {
     special: SpecialTokens,
     kernels: &'static Kernels,
     parallel: Arc<dyn Parallel>,
+    /// How work is cut for threads (never changes a result).
+    tuning: Arc<Tuning>,
 }
 
 impl Engine {
@@ -64,6 +80,7 @@ impl Engine {
             None => Kernels::select()?,
         };
         let parallel = options.parallel.unwrap_or_else(|| Arc::new(Serial));
+        let tuning = tune(&weights, kernels, &*parallel);
         Ok(Engine {
             inner: Arc::new(Inner {
                 weights: Arc::new(weights),
@@ -72,6 +89,7 @@ impl Engine {
                 special,
                 kernels,
                 parallel,
+                tuning: Arc::new(tuning),
             }),
         })
     }
@@ -107,8 +125,31 @@ impl Engine {
         &*self.inner.parallel
     }
 
-    /// The same model with other kernels or another executor (cheap: the weights are shared).
+    /// How work is cut for threads (tuned at load; any tuning gives the same results).
+    pub fn tuning(&self) -> &Tuning {
+        &self.inner.tuning
+    }
+
+    /// The same model with other kernels or another executor (cheap: the weights are shared),
+    /// tuned again for them.
     pub fn with_kernels(&self, kernels: &'static Kernels, parallel: Arc<dyn Parallel>) -> Engine {
+        let tuning = tune(&self.inner.weights, kernels, &*parallel);
+        self.rebuilt(kernels, parallel, tuning)
+    }
+
+    /// The same engine with a given tuning (e.g. to check that every configuration gives the
+    /// same bits).
+    pub fn with_tuning(&self, tuning: Tuning) -> Engine {
+        let i = &self.inner;
+        self.rebuilt(i.kernels, i.parallel.clone(), tuning)
+    }
+
+    fn rebuilt(
+        &self,
+        kernels: &'static Kernels,
+        parallel: Arc<dyn Parallel>,
+        tuning: Tuning,
+    ) -> Engine {
         let i = &self.inner;
         Engine {
             inner: Arc::new(Inner {
@@ -118,6 +159,7 @@ impl Engine {
                 special: i.special.clone(),
                 kernels,
                 parallel,
+                tuning: Arc::new(tuning),
             }),
         }
     }

@@ -3,8 +3,9 @@
 
 use crate::config::{ModelConfig, RopeScaling};
 use crate::formats::{ModelSource, QkRowOrder, RawTensor};
+use crate::kernels::tiles::for_each_tile;
 use crate::kernels::{Input, Kernels, KvSlice, Matrix};
-use crate::parallel::{for_each_row_chunk, Parallel};
+use crate::parallel::Parallel;
 use crate::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
 use crate::{Error, Result};
 
@@ -22,19 +23,70 @@ pub enum WeightDtype {
 #[derive(Debug, Clone)]
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,      // (dim)
-    pub wq: Matrix,               // (q_dim, dim), RoPE pairs (i, i + head_dim/2)
-    pub wk: Matrix,               // (kv_dim, dim), same row order as wq
-    pub wv: Matrix,               // (kv_dim, dim)
-    pub bq: Option<Vec<f32>>,     // (q_dim), Qwen2
-    pub bk: Option<Vec<f32>>,     // (kv_dim)
-    pub bv: Option<Vec<f32>>,     // (kv_dim)
+    pub wqkv: Stacked, // (q_dim + 2*kv_dim, dim): wq, wk, wv; RoPE pairs (i, i + head_dim/2)
+    pub bq: Option<Vec<f32>>, // (q_dim), Qwen2
+    pub bk: Option<Vec<f32>>, // (kv_dim)
+    pub bv: Option<Vec<f32>>, // (kv_dim)
     pub q_norm: Option<Vec<f32>>, // (head_dim), Qwen3
     pub k_norm: Option<Vec<f32>>, // (head_dim)
-    pub wo: Matrix,               // (dim, q_dim)
-    pub ffn_norm: Vec<f32>,       // (dim)
-    pub w_gate: Matrix,           // (hidden_dim, dim)
-    pub w_up: Matrix,             // (hidden_dim, dim)
-    pub w_down: Matrix,           // (dim, hidden_dim)
+    pub wo: Matrix,    // (dim, q_dim)
+    pub ffn_norm: Vec<f32>, // (dim)
+    pub w_gate_up: Stacked, // (2*hidden_dim, dim): w_gate, w_up
+    pub w_down: Matrix, // (dim, hidden_dim)
+}
+
+/// Matrices whose outputs follow one another in one output row (Q, K, V; gate, up): a single
+/// matrix when their types match, so one matmul call and one activation quantization serve
+/// them all; otherwise one matrix per part. Rows are independent, so both give the same values.
+#[derive(Debug, Clone)]
+pub struct Stacked {
+    /// One fused matrix, or the parts in order.
+    pub matrices: Vec<Matrix>,
+    /// Rows of each logical part (e.g. [q_dim, kv_dim, kv_dim]).
+    pub part_rows: Vec<usize>,
+}
+
+impl Stacked {
+    /// Fuses `parts` when their types and columns match.
+    pub fn new(parts: Vec<Matrix>) -> Stacked {
+        let part_rows = parts.iter().map(|m| m.rows).collect();
+        let refs: Vec<&Matrix> = parts.iter().collect();
+        let matrices = match Matrix::concat_rows(&refs) {
+            Some(fused) if parts.len() > 1 => vec![fused],
+            _ => parts,
+        };
+        Stacked {
+            matrices,
+            part_rows,
+        }
+    }
+
+    /// Output values per token (the rows of every part).
+    pub fn rows(&self) -> usize {
+        self.part_rows.iter().sum()
+    }
+
+    /// Part `i` as its own matrix (a copy; e.g. to write a file).
+    pub fn part(&self, i: usize) -> Matrix {
+        let first: usize = self.part_rows[..i].iter().sum();
+        let mut source = Vec::with_capacity(self.part_rows[i]);
+        let (mut m, mut r) = (0, first);
+        while source.len() < self.part_rows[i] {
+            if r >= self.matrices[m].rows {
+                r -= self.matrices[m].rows;
+                m += 1;
+                continue;
+            }
+            source.push((m, r));
+            r += 1;
+        }
+        let refs: Vec<&Matrix> = self.matrices.iter().collect();
+        Matrix::gather_rows(&refs, &source).expect("parts of one stack")
+    }
+
+    fn byte_size(&self) -> usize {
+        self.matrices.iter().map(|m| m.byte_size()).sum()
+    }
 }
 
 /// Everything a forward pass reads and nobody writes.
@@ -219,9 +271,11 @@ impl Weights {
             let name = |s: &str| format!("blk.{l}.{s}");
             let layer = LayerWeights {
                 attn_norm: vector(&name("attn_norm.weight"), dim)?,
-                wq: unpermute(matrix(&name("attn_q.weight"), q_dim, dim)?, c.n_heads),
-                wk: unpermute(matrix(&name("attn_k.weight"), kv_dim, dim)?, c.n_kv_heads),
-                wv: matrix(&name("attn_v.weight"), kv_dim, dim)?,
+                wqkv: Stacked::new(vec![
+                    unpermute(matrix(&name("attn_q.weight"), q_dim, dim)?, c.n_heads),
+                    unpermute(matrix(&name("attn_k.weight"), kv_dim, dim)?, c.n_kv_heads),
+                    matrix(&name("attn_v.weight"), kv_dim, dim)?,
+                ]),
                 bq: optional_vector(&name("attn_q.bias"), q_dim)?,
                 bk: optional_vector(&name("attn_k.bias"), kv_dim)?,
                 bv: optional_vector(&name("attn_v.bias"), kv_dim)?,
@@ -229,8 +283,10 @@ impl Weights {
                 k_norm: optional_vector(&name("attn_k_norm.weight"), hd)?,
                 wo: matrix(&name("attn_output.weight"), dim, q_dim)?,
                 ffn_norm: vector(&name("ffn_norm.weight"), dim)?,
-                w_gate: matrix(&name("ffn_gate.weight"), hidden, dim)?,
-                w_up: matrix(&name("ffn_up.weight"), hidden, dim)?,
+                w_gate_up: Stacked::new(vec![
+                    matrix(&name("ffn_gate.weight"), hidden, dim)?,
+                    matrix(&name("ffn_up.weight"), hidden, dim)?,
+                ]),
                 w_down: matrix(&name("ffn_down.weight"), dim, hidden)?,
             };
             if source.qk_row_order == QkRowOrder::Interleaved
@@ -276,10 +332,10 @@ impl Weights {
             .layers
             .iter()
             .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
-                    .iter()
-                    .map(|m| m.byte_size())
-                    .sum::<usize>()
+                l.wqkv.byte_size()
+                    + l.w_gate_up.byte_size()
+                    + l.wo.byte_size()
+                    + l.w_down.byte_size()
             })
             .sum();
         per_layer + self.output_matrix().byte_size()
@@ -290,21 +346,25 @@ impl Weights {
     }
 
     /// Runs the model over `tokens` at positions `cache.len ..`, appending their K/V to `cache`,
-    /// and returns the logits asked for (`vocab_size` per position, in order).
-    pub fn forward(
+    /// and returns the logits asked for (`vocab_size` per position, in order), which live in
+    /// `scratch` until the next call. `tuning` only says how work is cut for threads.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward<'s>(
         &self,
         k: &Kernels,
         par: &dyn Parallel,
+        tuning: &Tuning,
         cache: &mut KvCache,
+        scratch: &'s mut Scratch,
         tokens: &[u32],
         want: LogitsFor,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<&'s [f32]> {
         let c = &self.config;
         let (n, pos0) = (tokens.len(), cache.len);
         let (dim, hd, q_dim, kv_dim, hidden) =
             (c.dim, c.head_dim, c.q_dim(), c.kv_dim(), c.hidden_dim);
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(&[]);
         }
         if pos0 + n > c.context_length {
             return Err(Error::ContextOverflow {
@@ -322,116 +382,149 @@ impl Weights {
             layer.k.resize((pos0 + n) * kv_dim);
             layer.v.resize((pos0 + n) * kv_dim);
         }
+        let qkv_dim = q_dim + 2 * kv_dim;
+        let Scratch {
+            x,
+            xn,
+            qkv,
+            att,
+            proj,
+            ffn,
+            head,
+            cos,
+            sin,
+            act,
+            logits,
+        } = scratch;
+        let x = sized(x, n * dim); // (n, dim), the residual stream
+        let xn = sized(xn, n * dim); // (n, dim), normalized input of a sub-block
+        let qkv = sized(qkv, n * qkv_dim); // (n, q_dim + 2*kv_dim): q, k, v of each token
+        let att = sized(att, n * q_dim); // (n, q_dim), attention output per head
+        let proj = sized(proj, n * dim); // (n, dim), a projection back to the stream
+        let ffn = sized(ffn, n * 2 * hidden); // (n, 2*hidden_dim): gate, up of each token
+        let head = sized(head, hd); // (head_dim), one head before its QK-norm
 
         // token embeddings
-        let mut x = vec![0.0f32; n * dim]; // (n, dim), the residual stream
         for (t, &tok) in tokens.iter().enumerate() {
             self.token_embd
                 .row_f32(tok as usize, &mut x[t * dim..(t + 1) * dim]);
         }
         // RoPE angles for these positions
-        let (cos, sin) = self.rope_angles(pos0, n); // (n, head_dim/2) each
         let half = hd / 2;
+        self.rope_angles(pos0, n, cos, sin); // (n, head_dim/2) each
         let scale = 1.0 / (hd as f32).sqrt();
-
-        let mut xn = vec![0.0f32; n * dim]; // (n, dim), normalized input of a sub-block
-        let mut q = vec![0.0f32; n * q_dim]; // (n, q_dim)
-        let mut kk = vec![0.0f32; n * kv_dim]; // (n, kv_dim)
-        let mut vv = vec![0.0f32; n * kv_dim]; // (n, kv_dim)
-        let mut att = vec![0.0f32; n * q_dim]; // (n, q_dim), attention output per head
-        let mut proj = vec![0.0f32; n * dim]; // (n, dim), a projection back to the stream
-        let mut gate = vec![0.0f32; n * hidden]; // (n, hidden_dim)
-        let mut up = vec![0.0f32; n * hidden]; // (n, hidden_dim)
-        let mut act = Activations::default();
+        let group = c.n_heads / c.n_kv_heads;
 
         for (l, w) in self.layers.iter().enumerate() {
             // attention RMSNorm
-            rmsnorm_rows(k, &x, &w.attn_norm, c.rms_eps, &mut xn);
-            // q, k, v for these positions
-            act.set(k, &xn, dim);
-            matmul(k, par, &w.wq, &act, &mut q);
-            matmul(k, par, &w.wk, &act, &mut kk);
-            matmul(k, par, &w.wv, &act, &mut vv);
-            add_bias(&mut q, w.bq.as_deref());
-            add_bias(&mut kk, w.bk.as_deref());
-            add_bias(&mut vv, w.bv.as_deref());
-            // per-head QK-norm (Qwen3)
-            if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
-                rmsnorm_rows(k, &q.clone(), qn, c.rms_eps, &mut q);
-                rmsnorm_rows(k, &kk.clone(), kn, c.rms_eps, &mut kk);
-            }
-            // RoPE
-            for t in 0..n {
+            rmsnorm_rows(k, x, &w.attn_norm, c.rms_eps, xn);
+            // q, k, v for these positions: one matmul when Q, K and V are fused
+            act.set(k, xn, dim, dim);
+            matmul_stacked(k, par, tuning, &w.wqkv, act, qkv);
+            let cache_l = &mut cache.layers[l];
+            for (t, row) in qkv.chunks_exact_mut(qkv_dim).enumerate() {
+                let (q, rest) = row.split_at_mut(q_dim);
+                let (kt, vt) = rest.split_at_mut(kv_dim);
+                add_bias(q, w.bq.as_deref());
+                add_bias(kt, w.bk.as_deref());
+                add_bias(vt, w.bv.as_deref());
+                // per-head QK-norm (Qwen3)
+                if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
+                    for (part, norm) in [(&mut *q, qn), (&mut *kt, kn)] {
+                        for h in part.chunks_exact_mut(hd) {
+                            head.copy_from_slice(h);
+                            (k.rmsnorm)(head, norm, c.rms_eps, h);
+                        }
+                    }
+                }
+                // RoPE
                 let (ct, st) = (
                     &cos[t * half..(t + 1) * half],
                     &sin[t * half..(t + 1) * half],
                 );
-                (k.rope)(&mut q[t * q_dim..(t + 1) * q_dim], hd, ct, st);
-                (k.rope)(&mut kk[t * kv_dim..(t + 1) * kv_dim], hd, ct, st);
+                (k.rope)(q, hd, ct, st);
+                (k.rope)(kt, hd, ct, st);
+                // K and V into the cache at position pos0 + t
+                cache_l.k.write((pos0 + t) * kv_dim, kt);
+                cache_l.v.write((pos0 + t) * kv_dim, vt);
             }
-            // K and V into the cache at positions pos0 ..
-            let cache_l = &mut cache.layers[l];
-            cache_l.k.write(pos0 * kv_dim, &kk);
-            cache_l.v.write(pos0 * kv_dim, &vv);
             // attention over the cache: token t sees positions 0 ..= pos0 + t; query head h reads
-            // KV head h / (n_heads / n_kv_heads)
-            let group = c.n_heads / c.n_kv_heads;
+            // KV head h / group. A work item is the query heads of one KV head (one head when
+            // decoding, to spread a single token over threads) for a tile of tokens, heads
+            // inner, so each KV row is read once from memory and reused from L1.
             let (keys, values) = (cache_l.k.view(), cache_l.v.view());
-            for_each_row_chunk(par, &mut att, q_dim, hd, &|first, outs| {
-                let h = first / hd;
-                for (t, o) in outs.iter_mut().enumerate() {
-                    let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                    (k.attention)(
-                        qh,
-                        keys,
-                        values,
-                        pos0 + t + 1,
-                        kv_dim,
-                        (h / group) * hd,
-                        scale,
-                        o,
-                    );
-                }
-            });
+            let qkv: &[f32] = qkv;
+            let heads_per_item = if n == 1 { 1 } else { group };
+            let item_tokens = tuning.attention_tokens;
+            for_each_tile(
+                par,
+                att,
+                q_dim,
+                0,
+                q_dim,
+                heads_per_item * hd,
+                item_tokens,
+                &|first, t0, outs| {
+                    for (j, o) in outs.iter_mut().enumerate() {
+                        let t = t0 + j;
+                        for (i, oh) in o.chunks_exact_mut(hd).enumerate() {
+                            let h = first / hd + i;
+                            let qh = &qkv[t * qkv_dim + h * hd..t * qkv_dim + (h + 1) * hd];
+                            (k.attention)(
+                                qh,
+                                keys,
+                                values,
+                                pos0 + t + 1,
+                                kv_dim,
+                                (h / group) * hd,
+                                scale,
+                                oh,
+                            );
+                        }
+                    }
+                },
+            );
             // output projection, residual
-            act.set(k, &att, q_dim);
-            matmul(k, par, &w.wo, &act, &mut proj);
-            add_into(&mut x, &proj);
+            act.set(k, att, q_dim, q_dim);
+            matmul(k, par, tuning, &w.wo, act, proj, dim, 0);
+            add_into(x, proj);
 
             // FFN RMSNorm
-            rmsnorm_rows(k, &x, &w.ffn_norm, c.rms_eps, &mut xn);
-            // SwiGLU
-            act.set(k, &xn, dim);
-            matmul(k, par, &w.w_gate, &act, &mut gate);
-            matmul(k, par, &w.w_up, &act, &mut up);
-            (k.silu_mul)(&mut gate, &up);
-            act.set(k, &gate, hidden);
-            matmul(k, par, &w.w_down, &act, &mut proj);
+            rmsnorm_rows(k, x, &w.ffn_norm, c.rms_eps, xn);
+            // SwiGLU: gate and up in one matmul when fused
+            act.set(k, xn, dim, dim);
+            matmul_stacked(k, par, tuning, &w.w_gate_up, act, ffn);
+            for row in ffn.chunks_exact_mut(2 * hidden) {
+                let (gate, up) = row.split_at_mut(hidden);
+                (k.silu_mul)(gate, up);
+            }
+            act.set(k, ffn, 2 * hidden, hidden);
+            matmul(k, par, tuning, &w.w_down, act, proj, dim, 0);
             // residual
-            add_into(&mut x, &proj);
+            add_into(x, proj);
         }
         cache.len = pos0 + n;
 
         // final RMSNorm and logits for the positions asked for
         let rows = match want {
-            LogitsFor::None => return Ok(Vec::new()),
+            LogitsFor::None => return Ok(&[]),
             LogitsFor::Last => (n - 1)..n,
             LogitsFor::All => 0..n,
         };
         let x = &x[rows.start * dim..rows.end * dim];
-        let mut xn = vec![0.0f32; x.len()];
-        rmsnorm_rows(k, x, &self.output_norm, c.rms_eps, &mut xn);
-        act.set(k, &xn, dim);
-        let mut logits = vec![0.0f32; rows.len() * c.vocab_size]; // (positions, vocab_size)
-        matmul(k, par, self.output_matrix(), &act, &mut logits);
+        let xn = &mut xn[..x.len()];
+        rmsnorm_rows(k, x, &self.output_norm, c.rms_eps, xn);
+        act.set(k, xn, dim, dim);
+        logits.resize(rows.len() * c.vocab_size, 0.0); // (positions, vocab_size)
+        let output = self.output_matrix();
+        matmul(k, par, tuning, output, act, logits, c.vocab_size, 0);
         Ok(logits)
     }
 
     /// cos and sin of every RoPE angle for positions pos0 .. pos0 + n, each (n, head_dim / 2).
-    fn rope_angles(&self, pos0: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
-        let half = self.inv_freq.len();
-        let mut cos = Vec::with_capacity(n * half);
-        let mut sin = Vec::with_capacity(n * half);
+    fn rope_angles(&self, pos0: usize, n: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+        cos.clear();
+        sin.clear();
         for pos in pos0..pos0 + n {
             for &f in &self.inv_freq {
                 // The pure-Rust libm gives the same bits on every target.
@@ -440,13 +533,44 @@ impl Weights {
                 sin.push(libm::sinf(angle));
             }
         }
-        (cos, sin)
+    }
+}
+
+/// The first `n` elements of a reused buffer, grown if needed (allocates only while growing).
+fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// One sequence's work buffers for [`Weights::forward`], reused from call to call: after the
+/// largest batch has been seen, a forward pass allocates nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Scratch {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    qkv: Vec<f32>,
+    att: Vec<f32>,
+    proj: Vec<f32>,
+    ffn: Vec<f32>,
+    head: Vec<f32>,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    act: Activations,
+    logits: Vec<f32>,
+}
+
+impl Scratch {
+    /// The logits of the last forward pass that computed any.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
     }
 }
 
 /// Activations of one matmul input: f32 rows and, for quantized weights, their Q8 blocks
 /// (quantized once and shared by every matrix that reads the same input).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Activations {
     f32: Vec<f32>,
     q8: Vec<BlockQ8Act>,
@@ -454,14 +578,25 @@ struct Activations {
 }
 
 impl Activations {
-    fn set(&mut self, k: &Kernels, x: &[f32], cols: usize) {
-        self.f32.clear();
-        self.f32.extend_from_slice(x);
+    /// The input is the first `cols` values of every `stride`-long row of `x`.
+    fn set(&mut self, k: &Kernels, x: &[f32], stride: usize, cols: usize) {
+        let n = x.len() / stride;
         self.cols = cols;
+        self.f32.clear();
+        for row in x.chunks_exact(stride) {
+            self.f32.extend_from_slice(&row[..cols]);
+        }
         self.q8.clear();
         if cols % QK == 0 {
-            self.q8.resize(x.len() / QK, BlockQ8Act::default());
-            (k.quantize_q8)(x, &mut self.q8);
+            let nb = cols / QK;
+            self.q8.resize(n * nb, BlockQ8Act::default());
+            for (row, q) in self
+                .f32
+                .chunks_exact(cols)
+                .zip(self.q8.chunks_exact_mut(nb))
+            {
+                (k.quantize_q8)(row, q);
+            }
         }
     }
 
@@ -474,17 +609,154 @@ impl Activations {
     }
 }
 
-/// Rows of a matmul chunk handed to one thread: big enough to amortize the call, small enough
-/// to balance two threads on the smallest matrix.
-const MATMUL_CHUNK_ROWS: usize = 64;
+/// How work is cut for threads: rows per matmul work item (per matrix shape, for one token and
+/// for a batch) and tokens per attention work item. No choice changes a result (rule 7), so the
+/// fastest is picked at load ([`Tuning::autotune`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tuning {
+    /// ((type, rows, cols), [rows per work item for 1 token, for a batch]).
+    pub matmul_rows: Vec<((GgmlType, usize, usize), [usize; 2])>,
+    /// Rows per work item for shapes not listed.
+    pub default_rows: [usize; 2],
+    /// Tokens per attention work item in a batch.
+    pub attention_tokens: usize,
+}
 
-/// `out (n, w.rows) = x (n, w.cols) · wᵀ`, rows split across threads.
-fn matmul(k: &Kernels, par: &dyn Parallel, w: &Matrix, x: &Activations, out: &mut [f32]) {
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning::fixed(64, 64, 16)
+    }
+}
+
+/// Rows per matmul work item the tuner tries (whole 8-row tiles).
+pub const TUNE_ROWS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Tokens of the batch the tuner times.
+#[cfg(not(target_arch = "wasm32"))]
+const TUNE_BATCH: usize = 16;
+
+impl Tuning {
+    /// One configuration for every shape (e.g. to check that any configuration gives the same bits).
+    pub fn fixed(decode_rows: usize, batch_rows: usize, attention_tokens: usize) -> Tuning {
+        Tuning {
+            matmul_rows: Vec::new(),
+            default_rows: [decode_rows.max(1), batch_rows.max(1)],
+            attention_tokens: attention_tokens.max(1),
+        }
+    }
+
+    /// Rows per work item for `w` with `n_tokens` tokens.
+    pub fn rows_per_item(&self, w: &Matrix, n_tokens: usize) -> usize {
+        let slot = usize::from(n_tokens > 1);
+        let key = (w.ty(), w.rows, w.cols);
+        self.matmul_rows
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(self.default_rows[slot], |(_, r)| r[slot])
+    }
+
+    /// Times each of [`TUNE_ROWS`] per matrix shape (layer 0's matrices and the output), for one
+    /// token and for a batch, and keeps the fastest; stops at `budget` and keeps the defaults
+    /// for what is left. Native only (wasm has no clock here and runs serially).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn autotune(
+        weights: &Weights,
+        k: &Kernels,
+        par: &dyn Parallel,
+        budget: std::time::Duration,
+    ) -> Tuning {
+        use std::time::Instant;
+        let start = Instant::now();
+        let mut tuning = Tuning::default();
+        let mut shapes: Vec<&Matrix> = Vec::new();
+        if let Some(l) = weights.layers.first() {
+            shapes.extend(&l.wqkv.matrices);
+            shapes.push(&l.wo);
+            shapes.extend(&l.w_gate_up.matrices);
+            shapes.push(&l.w_down);
+        }
+        shapes.push(weights.output_matrix());
+        let mut act = Activations::default();
+        'shapes: for w in shapes {
+            let key = (w.ty(), w.rows, w.cols);
+            if tuning.matmul_rows.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            let mut best = tuning.default_rows;
+            for (slot, n_tokens) in [(0, 1), (1, TUNE_BATCH)] {
+                let x: Vec<f32> = (0..n_tokens * w.cols)
+                    .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
+                    .collect();
+                act.set(k, &x, w.cols, w.cols);
+                let mut out = vec![0.0f32; n_tokens * w.rows];
+                let mut fastest = f64::INFINITY;
+                for rows in TUNE_ROWS {
+                    if rows > w.rows.next_multiple_of(8) && rows > TUNE_ROWS[0] {
+                        break;
+                    }
+                    let cut = Tuning::fixed(rows, rows, 1);
+                    let mut time = f64::INFINITY;
+                    for _ in 0..3 {
+                        let t0 = Instant::now();
+                        matmul(k, par, &cut, w, &act, &mut out, w.rows, 0);
+                        time = time.min(t0.elapsed().as_secs_f64());
+                    }
+                    if time < fastest {
+                        (fastest, best[slot]) = (time, rows);
+                    }
+                    if start.elapsed() > budget {
+                        break 'shapes;
+                    }
+                }
+            }
+            tuning.matmul_rows.push((key, best));
+        }
+        tuning
+    }
+}
+
+/// Matmuls of a stack (one call when fused): `out` holds n tokens of `s.rows()` values.
+fn matmul_stacked(
+    k: &Kernels,
+    par: &dyn Parallel,
+    tuning: &Tuning,
+    s: &Stacked,
+    x: &Activations,
+    out: &mut [f32],
+) {
+    let mut col0 = 0;
+    for m in &s.matrices {
+        matmul(k, par, tuning, m, x, out, s.rows(), col0);
+        col0 += m.rows;
+    }
+}
+
+/// `out[t][col0 ..][.. w.rows] = w · x[t]` for every token t (`out` is rows of `stride`), rows
+/// split across threads in work items of the tuned size.
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    k: &Kernels,
+    par: &dyn Parallel,
+    tuning: &Tuning,
+    w: &Matrix,
+    x: &Activations,
+    out: &mut [f32],
+    stride: usize,
+    col0: usize,
+) {
     debug_assert_eq!(x.cols, w.cols);
     let input = x.input(w);
-    for_each_row_chunk(par, out, w.rows, MATMUL_CHUNK_ROWS, &|first, outs| {
-        (k.matmul)(w, first, &input, outs)
-    });
+    let n_tokens = out.len() / stride;
+    let rows = tuning.rows_per_item(w, n_tokens);
+    for_each_tile(
+        par,
+        out,
+        stride,
+        col0,
+        w.rows,
+        rows,
+        n_tokens,
+        &|first, t0, outs| (k.matmul)(w, first, &input.from_token(t0, w.cols), outs),
+    );
 }
 
 fn rmsnorm_rows(k: &Kernels, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {

@@ -26,8 +26,10 @@ impl Parallel for Serial {
 }
 
 /// Splits the `rows` outputs of every token into chunks of `chunk_rows` and runs
-/// `f(first_row, outs)` for each chunk in parallel, where `outs[t]` is token t's slice of that
-/// chunk. `out` holds `n_tokens` rows of `rows` values.
+/// `f(first_row, outs)` for each chunk in parallel, where `outs[t]` is a token's slice of that
+/// chunk (a chunk with many tokens may come as several calls, see
+/// [`crate::kernels::tiles::for_each_tile`], which does the splitting without allocating).
+/// `out` holds `n_tokens` rows of `rows` values.
 pub fn for_each_row_chunk(
     par: &dyn Parallel,
     out: &mut [f32],
@@ -42,21 +44,17 @@ pub fn for_each_row_chunk(
         out.len() % rows == 0,
         "for_each_row_chunk: out is not whole rows"
     );
-    let chunk_rows = chunk_rows.max(1);
-    let n_chunks = rows.div_ceil(chunk_rows);
-    // Regroup every token's row into per-chunk lists of disjoint slices; each chunk is claimed by
-    // exactly one call, so its lock is never contended.
-    let mut chunks: Vec<Vec<&mut [f32]>> = (0..n_chunks).map(|_| Vec::new()).collect();
-    for token_row in out.chunks_mut(rows) {
-        for (c, part) in token_row.chunks_mut(chunk_rows).enumerate() {
-            chunks[c].push(part);
-        }
-    }
-    let chunks: Vec<Mutex<Vec<&mut [f32]>>> = chunks.into_iter().map(Mutex::new).collect();
-    par.run(n_chunks, &|c| {
-        let mut outs = chunks[c].lock().unwrap_or_else(|e| e.into_inner());
-        f(c * chunk_rows, &mut outs);
-    });
+    let n_tokens = out.len() / rows;
+    crate::kernels::tiles::for_each_tile(
+        par,
+        out,
+        rows,
+        0,
+        rows,
+        chunk_rows,
+        n_tokens,
+        &|first, _, outs| f(first, outs),
+    );
 }
 
 /// Runs `f(i, item)` for every item of `items` in parallel, each item owned by one call.

@@ -4,7 +4,7 @@
 //! as one forward over the final tokens.
 
 use crate::engine::Engine;
-use crate::model::{KvCache, LogitsFor};
+use crate::model::{KvCache, LogitsFor, Scratch};
 use crate::sampler::Sampler;
 use crate::tokenizer::StreamDecoder;
 use crate::{Error, Result};
@@ -14,6 +14,8 @@ pub struct Session {
     engine: Engine,
     tokens: Vec<u32>,
     cache: KvCache,
+    /// The forward pass's work buffers, reused by every append.
+    scratch: Scratch,
     /// Logits after the last token, if computed since the last change.
     last_logits: Option<Vec<f32>>,
 }
@@ -41,6 +43,7 @@ impl Session {
             engine: engine.clone(),
             tokens: Vec::new(),
             cache: KvCache::new(engine.config(), engine.weights().dtype),
+            scratch: Scratch::default(),
             last_logits: None,
         }
     }
@@ -76,7 +79,7 @@ impl Session {
 
     /// Runs the model over `tokens` (one batched forward) and keeps the logits of the last.
     pub fn append(&mut self, tokens: &[u32]) -> Result<()> {
-        self.forward(tokens, LogitsFor::Last).map(|_| ())
+        self.run(tokens, LogitsFor::Last)
     }
 
     /// Like [`Session::append`], but returns the logits of every new position
@@ -87,26 +90,46 @@ impl Session {
 
     /// Prefills without computing logits (they are computed on demand by [`Session::logits`]).
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<()> {
-        self.forward(tokens, LogitsFor::None).map(|_| ())
+        self.run(tokens, LogitsFor::None)
     }
 
     fn forward(&mut self, tokens: &[u32], want: LogitsFor) -> Result<Vec<f32>> {
+        self.run(tokens, want)?;
+        Ok(match want {
+            LogitsFor::All => self.scratch.logits().to_vec(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// One forward pass; the logits stay in the scratch (the last position's are kept).
+    fn run(&mut self, tokens: &[u32], want: LogitsFor) -> Result<()> {
         if tokens.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let e = &self.engine;
-        let result = e
-            .weights()
-            .forward(e.kernels(), e.parallel(), &mut self.cache, tokens, want);
+        let result = e.weights().forward(
+            e.kernels(),
+            e.parallel(),
+            e.tuning(),
+            &mut self.cache,
+            &mut self.scratch,
+            tokens,
+            want,
+        );
         match result {
             Ok(logits) => {
                 self.tokens.extend_from_slice(tokens);
                 let vocab = e.config().vocab_size;
-                self.last_logits = match want {
-                    LogitsFor::None => None,
-                    _ => Some(logits[logits.len() - vocab..].to_vec()),
-                };
-                Ok(logits)
+                match want {
+                    LogitsFor::None => self.last_logits = None,
+                    _ => {
+                        let last = &logits[logits.len() - vocab..];
+                        let kept = self.last_logits.get_or_insert_with(Vec::new);
+                        kept.clear();
+                        kept.extend_from_slice(last);
+                    }
+                }
+                Ok(())
             }
             Err(err) => {
                 // A failed forward may have written part of the cache: drop what is not ours.

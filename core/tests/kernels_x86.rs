@@ -4,6 +4,7 @@
 //! token tails) and edge values (+-0, subnormals, huge, inf, NaN, int8 extremes, zero blocks).
 
 use inferno_core::kernels::{reference, Input, Kernels, KvSlice, Matrix, MatrixData};
+use inferno_core::quant::repack::untile_row;
 use inferno_core::quant::{
     f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, GgmlType, QK,
 };
@@ -113,48 +114,60 @@ fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Matri
                 .map(f32_to_bf16)
                 .collect(),
         ),
-        GgmlType::Q4_0 => MatrixData::Q4_0(
-            (0..nb)
-                .map(|_| BlockQ4_0 {
-                    d: rng.scale_f16(),
-                    qs: std::array::from_fn(|_| {
-                        if rng.below(16) == 0 {
-                            0x88
-                        } else {
-                            rng.next_u64() as u8
-                        }
-                    }),
-                })
-                .collect(),
-        ),
-        GgmlType::Q4_1 => MatrixData::Q4_1(
-            (0..nb)
-                .map(|_| BlockQ4_1 {
-                    d: rng.scale_f16(),
-                    m: rng.scale_f16() ^ 0x8000,
-                    qs: std::array::from_fn(|_| {
-                        if rng.below(16) == 0 {
-                            0xff
-                        } else {
-                            rng.next_u64() as u8
-                        }
-                    }),
-                })
-                .collect(),
-        ),
-        GgmlType::Q8_0 => MatrixData::Q8_0(
-            (0..nb)
-                .map(|_| BlockQ8_0 {
-                    d: rng.scale_f16(),
-                    qs: std::array::from_fn(|_| match rng.below(8) {
-                        0 => -128,
-                        1 => 127,
-                        2 => -127,
-                        _ => rng.next_u64() as i8,
-                    }),
-                })
-                .collect(),
-        ),
+        GgmlType::Q4_0 => {
+            return Matrix::from_q4_0(
+                rows,
+                cols,
+                &(0..nb)
+                    .map(|_| BlockQ4_0 {
+                        d: rng.scale_f16(),
+                        qs: std::array::from_fn(|_| {
+                            if rng.below(16) == 0 {
+                                0x88
+                            } else {
+                                rng.next_u64() as u8
+                            }
+                        }),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        }
+        GgmlType::Q4_1 => {
+            return Matrix::from_q4_1(
+                rows,
+                cols,
+                &(0..nb)
+                    .map(|_| BlockQ4_1 {
+                        d: rng.scale_f16(),
+                        m: rng.scale_f16() ^ 0x8000,
+                        qs: std::array::from_fn(|_| {
+                            if rng.below(16) == 0 {
+                                0xff
+                            } else {
+                                rng.next_u64() as u8
+                            }
+                        }),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        }
+        GgmlType::Q8_0 => {
+            return Matrix::from_q8_0(
+                rows,
+                cols,
+                &(0..nb)
+                    .map(|_| BlockQ8_0 {
+                        d: rng.scale_f16(),
+                        qs: std::array::from_fn(|_| match rng.below(8) {
+                            0 => -128,
+                            1 => 127,
+                            2 => -127,
+                            _ => rng.next_u64() as i8,
+                        }),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        }
     };
     Matrix { rows, cols, data }
 }
@@ -300,11 +313,17 @@ fn dot_q4_0_q4_1_q8_0_blocks_0_1_2_18_48_176_all_backends() {
             random_matrix(&mut rng, GgmlType::Q4_1, 1, nb * QK),
             random_matrix(&mut rng, GgmlType::Q8_0, 1, nb * QK),
         );
+        // The row's blocks, read back from the tiles.
         let (MatrixData::Q4_0(w0), MatrixData::Q4_1(w1), MatrixData::Q8_0(w8)) =
             (w0.data, w1.data, w8.data)
         else {
             unreachable!()
         };
+        let (w0, w1, w8) = (
+            untile_row(&w0, nb, 0),
+            untile_row(&w1, nb, 0),
+            untile_row(&w8, nb, 0),
+        );
         for k in &backends {
             let what = format!("dot_q*_q8 blocks {nb}");
             assert_bits_eq(

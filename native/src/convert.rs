@@ -131,9 +131,9 @@ fn weight_tensors(w: &Weights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     for (l, layer) in w.layers.iter().enumerate() {
         let n = |s: &str| format!("blk.{l}.{s}");
         vector(&mut out, n("attn_norm.weight"), &layer.attn_norm);
-        matrix(&mut out, n("attn_q.weight"), &layer.wq);
-        matrix(&mut out, n("attn_k.weight"), &layer.wk);
-        matrix(&mut out, n("attn_v.weight"), &layer.wv);
+        matrix(&mut out, n("attn_q.weight"), &layer.wqkv.part(0));
+        matrix(&mut out, n("attn_k.weight"), &layer.wqkv.part(1));
+        matrix(&mut out, n("attn_v.weight"), &layer.wqkv.part(2));
         for (s, b) in [
             ("attn_q.bias", &layer.bq),
             ("attn_k.bias", &layer.bk),
@@ -147,8 +147,8 @@ fn weight_tensors(w: &Weights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         }
         matrix(&mut out, n("attn_output.weight"), &layer.wo);
         vector(&mut out, n("ffn_norm.weight"), &layer.ffn_norm);
-        matrix(&mut out, n("ffn_gate.weight"), &layer.w_gate);
-        matrix(&mut out, n("ffn_up.weight"), &layer.w_up);
+        matrix(&mut out, n("ffn_gate.weight"), &layer.w_gate_up.part(0));
+        matrix(&mut out, n("ffn_up.weight"), &layer.w_gate_up.part(1));
         matrix(&mut out, n("ffn_down.weight"), &layer.w_down);
     }
     vector(&mut out, "output_norm.weight".into(), &w.output_norm);

@@ -23,10 +23,20 @@ pub mod reference;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
+pub mod tiles;
+
+use crate::quant::repack::{tile_rows, untile_row, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, GgmlType, QK};
 use crate::{Error, Result};
 
-/// A weight matrix of `rows` x `cols` (row-major, `cols` contiguous), as the kernels read it.
+/// A weight matrix of `rows` x `cols`, as the kernels read it.
+///
+/// Float matrices are row-major (`cols` contiguous). Quantized matrices are stored ONCE, as
+/// row-interleaved tiles ([`crate::quant::repack`]): rows in groups of [`TILE_ROWS`] = 8, and
+/// tile (group g, block b) at index [`Matrix::tile_index`]`(g, b) = g * blocks_per_row + b`
+/// holds block b of rows 8g .. 8g + 8 (8 scales, 8 Q4_1 mins, then the quants interleaved in
+/// 4-byte columns). `groups() * blocks_per_row()` tiles; the rows of a last partial group past
+/// `rows` are zero padding. Lane r of a tile's block is `tile.block(r)` ([`Tile::block`]).
 #[derive(Debug, Clone)]
 pub struct Matrix {
     pub rows: usize,
@@ -41,9 +51,10 @@ pub enum MatrixData {
     F16(Vec<u16>),
     /// bf16 bits.
     BF16(Vec<u16>),
-    Q4_0(Vec<BlockQ4_0>),
-    Q4_1(Vec<BlockQ4_1>),
-    Q8_0(Vec<BlockQ8_0>),
+    /// Row-interleaved tiles, see [`Matrix`].
+    Q4_0(Vec<TileQ4_0>),
+    Q4_1(Vec<TileQ4_1>),
+    Q8_0(Vec<TileQ8_0>),
 }
 
 impl Matrix {
@@ -64,6 +75,57 @@ impl Matrix {
             self.data,
             MatrixData::Q4_0(_) | MatrixData::Q4_1(_) | MatrixData::Q8_0(_)
         )
+    }
+
+    /// Quant blocks per row (`cols / 32`).
+    pub fn blocks_per_row(&self) -> usize {
+        self.cols / QK
+    }
+
+    /// Row groups of a quantized matrix (`rows` / 8 rounded up).
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(TILE_ROWS)
+    }
+
+    /// Where tile (group, block) of a quantized matrix is in its `Vec`.
+    pub fn tile_index(&self, group: usize, block: usize) -> usize {
+        group * self.blocks_per_row() + block
+    }
+
+    /// A Q4_0 matrix from row-major blocks (`rows * cols / 32` of them), repacked into tiles.
+    pub fn from_q4_0(rows: usize, cols: usize, blocks: &[BlockQ4_0]) -> Matrix {
+        let nb = cols / QK;
+        assert_eq!(blocks.len(), rows * nb, "from_q4_0: block count");
+        let tiles = tile_rows::<TileQ4_0>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        Matrix {
+            rows,
+            cols,
+            data: MatrixData::Q4_0(tiles),
+        }
+    }
+
+    /// A Q4_1 matrix from row-major blocks, repacked into tiles.
+    pub fn from_q4_1(rows: usize, cols: usize, blocks: &[BlockQ4_1]) -> Matrix {
+        let nb = cols / QK;
+        assert_eq!(blocks.len(), rows * nb, "from_q4_1: block count");
+        let tiles = tile_rows::<TileQ4_1>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        Matrix {
+            rows,
+            cols,
+            data: MatrixData::Q4_1(tiles),
+        }
+    }
+
+    /// A Q8_0 matrix from row-major blocks, repacked into tiles.
+    pub fn from_q8_0(rows: usize, cols: usize, blocks: &[BlockQ8_0]) -> Matrix {
+        let nb = cols / QK;
+        assert_eq!(blocks.len(), rows * nb, "from_q8_0: block count");
+        let tiles = tile_rows::<TileQ8_0>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        Matrix {
+            rows,
+            cols,
+            data: MatrixData::Q8_0(tiles),
+        }
     }
 
     /// Builds a matrix from raw little-endian tensor bytes, checking the size.
@@ -99,9 +161,9 @@ impl Matrix {
                     .map(|c| u16::from_le_bytes([c[0], c[1]]))
                     .collect(),
             ),
-            GgmlType::Q4_0 => MatrixData::Q4_0(q4_0_from_bytes(bytes)),
-            GgmlType::Q4_1 => MatrixData::Q4_1(q4_1_from_bytes(bytes)),
-            GgmlType::Q8_0 => MatrixData::Q8_0(q8_0_from_bytes(bytes)),
+            GgmlType::Q4_0 => return Ok(Matrix::from_q4_0(rows, cols, &q4_0_from_bytes(bytes))),
+            GgmlType::Q4_1 => return Ok(Matrix::from_q4_1(rows, cols, &q4_1_from_bytes(bytes))),
+            GgmlType::Q8_0 => return Ok(Matrix::from_q8_0(rows, cols, &q8_0_from_bytes(bytes))),
         };
         Ok(Matrix { rows, cols, data })
     }
@@ -125,9 +187,9 @@ impl Matrix {
                 .iter_mut()
                 .zip(&d[r * c..(r + 1) * c])
                 .for_each(|(o, &h)| *o = bf16_to_f32(h)),
-            MatrixData::Q4_0(d) => dequantize_q4_0(&d[r * nb..(r + 1) * nb], out),
-            MatrixData::Q4_1(d) => dequantize_q4_1(&d[r * nb..(r + 1) * nb], out),
-            MatrixData::Q8_0(d) => dequantize_q8_0(&d[r * nb..(r + 1) * nb], out),
+            MatrixData::Q4_0(t) => dequantize_q4_0(&untile_row(t, nb, r), out),
+            MatrixData::Q4_1(t) => dequantize_q4_1(&untile_row(t, nb, r), out),
+            MatrixData::Q8_0(t) => dequantize_q8_0(&untile_row(t, nb, r), out),
         }
     }
 
@@ -148,30 +210,82 @@ impl Matrix {
         }
     }
 
+    /// Rows taken from other matrices: row `i` of the result is row `r` of `parts[p]` for the
+    /// i-th `(p, r)` of `source`. Quantized rows move whole, nothing is requantized. `None` if
+    /// the parts differ in type or columns.
+    pub fn gather_rows(parts: &[&Matrix], source: &[(usize, usize)]) -> Option<Matrix> {
+        let first = parts.first()?;
+        let cols = first.cols;
+        if parts.iter().any(|m| m.cols != cols || m.ty() != first.ty()) {
+            return None;
+        }
+        fn plain<T: Copy>(d: &[T], per_row: usize, r: usize) -> &[T] {
+            &d[r * per_row..(r + 1) * per_row]
+        }
+        fn tiled<T: Tile>(parts: &[&[T]], nb: usize, source: &[(usize, usize)]) -> Vec<T> {
+            let rows: Vec<Vec<T::Block>> = source
+                .iter()
+                .map(|&(p, r)| untile_row(parts[p], nb, r))
+                .collect();
+            tile_rows::<T>(rows.len(), nb, |i| &rows[i])
+        }
+        let (c, nb) = (cols, cols / QK);
+        macro_rules! each {
+            ($variant:ident, $gather:expr) => {{
+                let ds: Vec<_> = parts
+                    .iter()
+                    .map(|m| match &m.data {
+                        MatrixData::$variant(d) => &d[..],
+                        _ => unreachable!("types checked equal"),
+                    })
+                    .collect();
+                MatrixData::$variant($gather(&ds))
+            }};
+        }
+        let flat = |ds: &[&[f32]]| -> Vec<f32> {
+            source
+                .iter()
+                .flat_map(|&(p, r)| plain(ds[p], c, r).iter().copied())
+                .collect()
+        };
+        let flat16 = |ds: &[&[u16]]| -> Vec<u16> {
+            source
+                .iter()
+                .flat_map(|&(p, r)| plain(ds[p], c, r).iter().copied())
+                .collect()
+        };
+        let data = match first.data {
+            MatrixData::F32(_) => each!(F32, flat),
+            MatrixData::F16(_) => each!(F16, flat16),
+            MatrixData::BF16(_) => each!(BF16, flat16),
+            MatrixData::Q4_0(_) => each!(Q4_0, |ds: &[&[TileQ4_0]]| tiled(ds, nb, source)),
+            MatrixData::Q4_1(_) => each!(Q4_1, |ds: &[&[TileQ4_1]]| tiled(ds, nb, source)),
+            MatrixData::Q8_0(_) => each!(Q8_0, |ds: &[&[TileQ8_0]]| tiled(ds, nb, source)),
+        };
+        Some(Matrix {
+            rows: source.len(),
+            cols,
+            data,
+        })
+    }
+
     /// Reorders rows: row `i` of the result is row `source[i]` of `self`. Quantized rows move
     /// whole, nothing is requantized.
     pub fn permute_rows(&self, source: &[usize]) -> Matrix {
         assert_eq!(source.len(), self.rows);
-        fn gather<T: Copy>(d: &[T], per_row: usize, source: &[usize]) -> Vec<T> {
-            source
-                .iter()
-                .flat_map(|&s| d[s * per_row..(s + 1) * per_row].iter().copied())
-                .collect()
-        }
-        let (c, nb) = (self.cols, self.cols / QK);
-        let data = match &self.data {
-            MatrixData::F32(d) => MatrixData::F32(gather(d, c, source)),
-            MatrixData::F16(d) => MatrixData::F16(gather(d, c, source)),
-            MatrixData::BF16(d) => MatrixData::BF16(gather(d, c, source)),
-            MatrixData::Q4_0(d) => MatrixData::Q4_0(gather(d, nb, source)),
-            MatrixData::Q4_1(d) => MatrixData::Q4_1(gather(d, nb, source)),
-            MatrixData::Q8_0(d) => MatrixData::Q8_0(gather(d, nb, source)),
-        };
-        Matrix {
-            rows: self.rows,
-            cols: self.cols,
-            data,
-        }
+        let source: Vec<(usize, usize)> = source.iter().map(|&r| (0, r)).collect();
+        Matrix::gather_rows(&[self], &source).expect("one part always matches itself")
+    }
+
+    /// The rows of `parts` one after another (e.g. Q, K and V as one matrix), or `None` if they
+    /// differ in type or columns.
+    pub fn concat_rows(parts: &[&Matrix]) -> Option<Matrix> {
+        let source: Vec<(usize, usize)> = parts
+            .iter()
+            .enumerate()
+            .flat_map(|(p, m)| (0..m.rows).map(move |r| (p, r)))
+            .collect();
+        Matrix::gather_rows(parts, &source)
     }
 
     /// Bytes the kernels read for one pass over the matrix.
@@ -192,6 +306,16 @@ impl Matrix {
 pub enum Input<'a> {
     F32(&'a [f32]),
     Q8(&'a [BlockQ8Act]),
+}
+
+impl<'a> Input<'a> {
+    /// The same activations from token `t` on (`cols` values per token).
+    pub fn from_token(&self, t: usize, cols: usize) -> Input<'a> {
+        match *self {
+            Input::F32(x) => Input::F32(&x[t * cols..]),
+            Input::Q8(x) => Input::Q8(&x[t * (cols / QK)..]),
+        }
+    }
 }
 
 /// A layer's K or V cache as the attention kernel reads it.

@@ -4,6 +4,7 @@
 
 use super::math::exp;
 use super::{Input, Kernels, KvSlice, Matrix, MatrixData};
+use crate::quant::repack::{Tile, TILE_ROWS};
 use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
 
 pub static KERNELS: Kernels = Kernels {
@@ -98,51 +99,84 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
     }
 }
 
+/// Rule 4, one Q4_0 block: `acc + isum * (dw * dx)`.
+#[inline(always)]
+fn step_q4_0(acc: f32, wb: &BlockQ4_0, xb: &BlockQ8Act) -> f32 {
+    let isum = dot_i8_block(&unpack_nibbles(&wb.qs, 8), &xb.qs);
+    acc + isum as f32 * (f16_to_f32(wb.d) * xb.d)
+}
+
+/// Rule 4, one Q4_1 block: `acc + (isum * (dw * dx) + sum_x * (mw * dx))`.
+#[inline(always)]
+fn step_q4_1(acc: f32, wb: &BlockQ4_1, xb: &BlockQ8Act) -> f32 {
+    let isum = dot_i8_block(&unpack_nibbles(&wb.qs, 0), &xb.qs);
+    let dx = xb.d;
+    acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum as f32 * (f16_to_f32(wb.m) * dx))
+}
+
+/// Rule 4, one Q8_0 block.
+#[inline(always)]
+fn step_q8_0(acc: f32, wb: &BlockQ8_0, xb: &BlockQ8Act) -> f32 {
+    let isum: i32 = wb
+        .qs
+        .iter()
+        .zip(&xb.qs)
+        .map(|(&a, &b)| a as i32 * b as i32)
+        .sum();
+    acc + isum as f32 * (f16_to_f32(wb.d) * xb.d)
+}
+
 /// Rule 4 for Q4_0 weights: exact integer sum per block, then `acc + isum * (dw * dx)` in block order.
 pub fn dot_q4_0_q8(w: &[BlockQ4_0], x: &[BlockQ8Act]) -> f32 {
     assert_eq!(w.len(), x.len(), "dot_q4_0_q8: block counts differ");
-    let mut acc = 0.0f32;
-    for (wb, xb) in w.iter().zip(x) {
-        let isum = dot_i8_block(&unpack_nibbles(&wb.qs, 8), &xb.qs);
-        acc = acc + isum as f32 * (f16_to_f32(wb.d) * xb.d);
-    }
-    acc
+    w.iter()
+        .zip(x)
+        .fold(0.0, |acc, (wb, xb)| step_q4_0(acc, wb, xb))
 }
 
 /// Rule 4 for Q4_1 weights: `acc + (isum * (dw * dx) + sum_x * (mw * dx))` in block order.
 pub fn dot_q4_1_q8(w: &[BlockQ4_1], x: &[BlockQ8Act]) -> f32 {
     assert_eq!(w.len(), x.len(), "dot_q4_1_q8: block counts differ");
-    let mut acc = 0.0f32;
-    for (wb, xb) in w.iter().zip(x) {
-        let isum = dot_i8_block(&unpack_nibbles(&wb.qs, 0), &xb.qs);
-        let dx = xb.d;
-        acc =
-            acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum as f32 * (f16_to_f32(wb.m) * dx));
-    }
-    acc
+    w.iter()
+        .zip(x)
+        .fold(0.0, |acc, (wb, xb)| step_q4_1(acc, wb, xb))
 }
 
 /// Rule 4 for Q8_0 weights.
 pub fn dot_q8_0_q8(w: &[BlockQ8_0], x: &[BlockQ8Act]) -> f32 {
     assert_eq!(w.len(), x.len(), "dot_q8_0_q8: block counts differ");
-    let mut acc = 0.0f32;
-    for (wb, xb) in w.iter().zip(x) {
-        let isum: i32 = wb
-            .qs
-            .iter()
-            .zip(&xb.qs)
-            .map(|(&a, &b)| a as i32 * b as i32)
-            .sum();
-        acc = acc + isum as f32 * (f16_to_f32(wb.d) * xb.d);
-    }
-    acc
+    w.iter()
+        .zip(x)
+        .fold(0.0, |acc, (wb, xb)| step_q8_0(acc, wb, xb))
+}
+
+/// Rule 4 over a row of a tiled matrix: row r is lane r % 8 of the tiles of group r / 8, blocks
+/// in order, exactly the sequence of the `dot_*_q8` above.
+#[inline(always)]
+fn dot_tiled<T: Tile>(
+    tiles: &[T],
+    nb: usize,
+    r: usize,
+    x: &[BlockQ8Act],
+    step: impl Fn(f32, &T::Block, &BlockQ8Act) -> f32,
+) -> f32 {
+    let (g, lane) = (r / TILE_ROWS, r % TILE_ROWS);
+    tiles[g * nb..(g + 1) * nb]
+        .iter()
+        .zip(x)
+        .fold(0.0, |acc, (t, xb)| step(acc, &t.block(lane), xb))
 }
 
 /// `out[t][r - rows.start] = dot(w[r], x[t])` for the rows `first_row .. first_row + out[t].len()`
 /// and every token t. Quantized weights read Q8 activations, float weights f32 activations.
 pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
     let cols = w.cols;
+    let nb = cols / QK;
     for (t, out_t) in out.iter_mut().enumerate() {
+        assert!(
+            first_row + out_t.len() <= w.rows,
+            "matmul: rows out of range"
+        );
         for (i, o) in out_t.iter_mut().enumerate() {
             let r = first_row + i;
             *o = match (&w.data, x) {
@@ -158,16 +192,13 @@ pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
                     dot_by(cols, |i| bf16_to_f32(wr[i]) * xt[i])
                 }
                 (MatrixData::Q4_0(d), Input::Q8(x)) => {
-                    let nb = cols / QK;
-                    dot_q4_0_q8(&d[r * nb..(r + 1) * nb], &x[t * nb..(t + 1) * nb])
+                    dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q4_0)
                 }
                 (MatrixData::Q4_1(d), Input::Q8(x)) => {
-                    let nb = cols / QK;
-                    dot_q4_1_q8(&d[r * nb..(r + 1) * nb], &x[t * nb..(t + 1) * nb])
+                    dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q4_1)
                 }
                 (MatrixData::Q8_0(d), Input::Q8(x)) => {
-                    let nb = cols / QK;
-                    dot_q8_0_q8(&d[r * nb..(r + 1) * nb], &x[t * nb..(t + 1) * nb])
+                    dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q8_0)
                 }
                 _ => panic!("matmul: weight type and activation type do not match"),
             };

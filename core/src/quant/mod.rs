@@ -1,6 +1,8 @@
 //! Tensor element types and the GGUF block formats, with llama.cpp's reference quantizers
 //! (same bytes as llama-quantize writes) and exact dequantizers. Reference code, not optimized.
 
+pub mod repack;
+
 pub use half::{bf16, f16};
 
 /// GGML tensor types that inferno computes with. Other ids are named in errors only.

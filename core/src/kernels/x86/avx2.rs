@@ -9,20 +9,14 @@ pub struct Maddubs;
 
 impl common::IntDot for Maddubs {
     const SATURATES: bool = true;
-    type Packed = [__m256i; common::ROWS];
+    const TOKENS: usize = 4;
     #[inline(always)]
-    unsafe fn pack(w: [__m256i; common::ROWS]) -> Self::Packed {
-        w
-    }
-    #[inline(always)]
-    unsafe fn dot8<B: common::WeightBlock>(w: &Self::Packed, x: __m256i) -> __m256i {
-        // SAFETY: forwarded to the caller.
-        unsafe { common::dot8_by_rows::<Self, B>(w, x) }
-    }
-    #[inline(always)]
-    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+    unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: avx2 is enabled in the caller.
-        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+        unsafe {
+            let pairs = _mm256_maddubs_epi16(u, s);
+            _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        }
     }
 }
 

@@ -9,20 +9,11 @@ pub struct DpbusdVex;
 
 impl common::IntDot for DpbusdVex {
     const SATURATES: bool = false;
-    type Packed = [__m256i; common::ROWS];
+    const TOKENS: usize = 4;
     #[inline(always)]
-    unsafe fn pack(w: [__m256i; common::ROWS]) -> Self::Packed {
-        w
-    }
-    #[inline(always)]
-    unsafe fn dot8<B: common::WeightBlock>(w: &Self::Packed, x: __m256i) -> __m256i {
-        // SAFETY: forwarded to the caller.
-        unsafe { common::dot8_by_rows::<Self, B>(w, x) }
-    }
-    #[inline(always)]
-    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+    unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: avxvnni is enabled in the caller.
-        unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s) }
+        unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
     }
 }
 

@@ -7,65 +7,22 @@ use std::arch::x86_64::*;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::ATTENTION_BLOCK;
-use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
+use crate::quant::repack::{tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS};
+use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ8Act, QK};
 
-/// How a backend takes the exact integer dot of 32 unsigned bytes with 32 signed bytes: 8 i32
-/// lanes whose total is the dot. Callers keep `u * s` pair sums inside i16 (rule 4's operand
-/// ranges), so `maddubs` cannot saturate.
+/// How a backend accumulates exact integer dots of unsigned bytes with signed bytes: lane i of
+/// the result is `acc[i] + Σ_{j<4} u[4i+j] * s[4i+j]`. Callers keep `u * s` pair sums inside
+/// i16 (rule 4's operand ranges), so `maddubs` cannot saturate.
 pub trait IntDot: Sized {
     /// Whether pair sums saturate at i16 (`maddubs`): then Q8_0 takes the sign trick instead of
     /// its unsigned form (w + 128 would overflow a pair).
     const SATURATES: bool;
-    /// 8 rows' unpacked weights as [`IntDot::dot8`] wants them.
-    type Packed: Copy;
+    /// Tokens per pass over a weight tile (bounded by the registers the backend has).
+    const TOKENS: usize;
 
     /// # Safety
     /// The backend's target features must be enabled in the caller.
-    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i;
-
-    /// # Safety
-    /// The backend's target features must be enabled in the caller.
-    unsafe fn pack(w: [__m256i; ROWS]) -> Self::Packed;
-
-    /// Lane r = the exact integer dot of row r's weights with x (before B's offset term).
-    ///
-    /// # Safety
-    /// The backend's target features must be enabled in the caller.
-    unsafe fn dot8<B: WeightBlock>(w: &Self::Packed, x: __m256i) -> __m256i;
-
-    /// The quantized matmul.
-    ///
-    /// # Safety
-    /// The backend's target features must be enabled in the caller.
-    #[inline(always)]
-    unsafe fn matmul_q<B: WeightBlock>(
-        w: &[B],
-        nb: usize,
-        first_row: usize,
-        x: &[BlockQ8Act],
-        out: &mut [&mut [f32]],
-    ) {
-        // SAFETY: forwarded to the caller.
-        unsafe { matmul_q::<Self, B>(w, nb, first_row, x, out) }
-    }
-}
-
-/// [`IntDot::dot8`] one row at a time: a 256-bit dot per row, then [`reduce8`].
-#[inline(always)]
-pub unsafe fn dot8_by_rows<D: IntDot, B: WeightBlock>(w: &[__m256i; ROWS], x: __m256i) -> __m256i {
-    // SAFETY: features are enabled in the caller.
-    unsafe {
-        let mut p = [_mm256_setzero_si256(); ROWS];
-        for r in 0..ROWS {
-            let (u, s) = if D::SATURATES {
-                B::operands(w[r], x)
-            } else {
-                (w[r], x)
-            };
-            p[r] = D::dot(u, s);
-        }
-        reduce8(p)
-    }
+    unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
 }
 
 /// Element types a rule-2 dot can read 8 at a time as f32, exactly.
@@ -494,83 +451,110 @@ pub fn check_attention(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Quantized matmul: 8 rows per pass (one f32 lane per row), up to 4 tokens per unpacked weight
-// block. Each (row, token) lane sees exactly the reference's per-block sequence.
+// Quantized matmul on row-interleaved tiles (quant::repack): one tile = block b of 8 rows, one
+// i32 / f32 lane per row, up to D::TOKENS tokens per unpacked tile. Per 4-byte column the 8 rows'
+// bytes sit in one register and the activation's 4 bytes are broadcast, so each integer dot
+// lands in its row's lane with no horizontal sum. Each (row, token) lane sees exactly the
+// reference's per-block sequence.
 
-/// Rows per pass: one f32 lane each.
-pub const ROWS: usize = 8;
-/// Tokens per unpacked weight block.
-const TOKENS: usize = 4;
+/// Rows per tile: one f32 lane each.
+pub const ROWS: usize = TILE_ROWS;
 
-/// A weight block type of rule 4, as the tile reads it.
-pub trait WeightBlock: Copy {
+/// A tile type of rule 4, as the kernel reads it.
+pub trait WeightTile: Tile {
     /// Q4_1's `+ sum_x * (mw * dx)` term.
     const HAS_MIN: bool;
-    /// The integer dot is `dot(u, s) - SUM_OFFSET * sum_x`.
+    /// With the signed operands of [`WeightTile::operands`], the dot is `dot - SUM_OFFSET * sum_x`.
     const SUM_OFFSET: i32;
-    /// The offset of [`WeightBlock::unpack_unsigned`]'s form.
+    /// With [`WeightTile::unpack_unsigned`]'s bytes, the dot is `dot - UNSIGNED_OFFSET * sum_x`.
     const UNSIGNED_OFFSET: i32 = Self::SUM_OFFSET;
-    /// The block's quants in a register, unpacked once per (row, block).
-    unsafe fn unpack(&self) -> __m256i;
-    /// The quants as unsigned bytes u with `dot(w, x) = dot(u, x) - UNSIGNED_OFFSET * sum_x`,
-    /// for dots that do not saturate.
+    /// 8 registers; register k holds, in lane r, row r's quants of elements 4k .. 4k + 4.
+    unsafe fn unpack(&self) -> [__m256i; 8];
+    /// As [`WeightTile::unpack`], as unsigned bytes for dots that do not saturate.
     #[inline(always)]
-    unsafe fn unpack_unsigned(&self) -> __m256i {
+    unsafe fn unpack_unsigned(&self) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
         unsafe { self.unpack() }
     }
-    /// (unsigned, signed) operands of [`IntDot::dot`] for these unpacked weights and x's quants.
+    /// (unsigned, signed) operands of [`IntDot::dot_acc`] for unpacked weights and x's quants.
     #[inline(always)]
     unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
         (w, x)
     }
+    /// The 8 rows' scales and (if HAS_MIN, else zero) minimums as f32: one load each.
+    unsafe fn scales(&self) -> (__m256, __m256);
 }
 
+/// 4-bit quants: column c's low nibbles are elements 4c.., the high ones 16 + 4c...
 #[inline(always)]
-unsafe fn unpack_nibbles(qs: &[u8; QK / 2]) -> __m256i {
-    // SAFETY: 16 readable bytes; avx2 is enabled in the caller.
+unsafe fn unpack_nibble_columns(qs: &[u8; ROWS * QK / 2]) -> [__m256i; 8] {
+    // SAFETY: 128 readable bytes; avx2 is enabled in the caller.
     unsafe {
-        let q = _mm_loadu_si128(qs.as_ptr().cast());
-        _mm256_and_si256(
-            _mm256_set_m128i(_mm_srli_epi16::<4>(q), q),
-            _mm256_set1_epi8(15),
-        )
+        let low = _mm256_set1_epi8(15);
+        let mut out = [_mm256_setzero_si256(); 8];
+        for c in 0..4 {
+            let v = _mm256_loadu_si256(qs.as_ptr().add(32 * c).cast());
+            out[c] = _mm256_and_si256(v, low);
+            out[4 + c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+        }
+        out
     }
 }
 
-/// The 4-bit types: nibbles unpacked to 0..=15 are the unsigned operand as they are.
-macro_rules! nibble_block {
-    ($block:ty, has_min: $has_min:literal, sum_offset: $offset:literal) => {
-        impl WeightBlock for $block {
-            const HAS_MIN: bool = $has_min;
-            const SUM_OFFSET: i32 = $offset;
-            #[inline(always)]
-            unsafe fn unpack(&self) -> __m256i {
-                // SAFETY: forwarded to the caller.
-                unsafe { unpack_nibbles(&self.qs) }
-            }
-        }
-    };
+#[inline(always)]
+unsafe fn load_f16x8(p: &[u16; ROWS]) -> __m256 {
+    // SAFETY: 8 readable f16s; f16c is enabled in the caller; vcvtph2ps is exact.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.as_ptr().cast())) }
 }
 
 // Q4_0: Σ (q - 8) x = Σ q x - 8 Σ x, with Σ x the activation block's `sum` (rule 3).
-nibble_block!(BlockQ4_0, has_min: false, sum_offset: 8);
-nibble_block!(BlockQ4_1, has_min: true, sum_offset: 0);
+impl WeightTile for TileQ4_0 {
+    const HAS_MIN: bool = false;
+    const SUM_OFFSET: i32 = 8;
+    #[inline(always)]
+    unsafe fn unpack(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { unpack_nibble_columns(&self.qs) }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
+    }
+}
 
-impl WeightBlock for BlockQ8_0 {
+impl WeightTile for TileQ4_1 {
+    const HAS_MIN: bool = true;
+    const SUM_OFFSET: i32 = 0;
+    #[inline(always)]
+    unsafe fn unpack(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { unpack_nibble_columns(&self.qs) }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), load_f16x8(&self.m)) }
+    }
+}
+
+impl WeightTile for TileQ8_0 {
     const HAS_MIN: bool = false;
     const SUM_OFFSET: i32 = 0;
     /// w + 128 as an unsigned byte is w with its top bit flipped.
     const UNSIGNED_OFFSET: i32 = 128;
     #[inline(always)]
-    unsafe fn unpack(&self) -> __m256i {
-        // SAFETY: 32 readable bytes; avx2 is enabled in the caller.
-        unsafe { _mm256_loadu_si256(self.qs.as_ptr().cast()) }
+    unsafe fn unpack(&self) -> [__m256i; 8] {
+        // SAFETY: 256 readable bytes; avx2 is enabled in the caller.
+        unsafe { std::array::from_fn(|c| _mm256_loadu_si256(self.qs.as_ptr().add(32 * c).cast())) }
     }
     #[inline(always)]
-    unsafe fn unpack_unsigned(&self) -> __m256i {
+    unsafe fn unpack_unsigned(&self) -> [__m256i; 8] {
         // SAFETY: as unpack.
-        unsafe { _mm256_xor_si256(self.unpack(), _mm256_set1_epi8(-128)) }
+        unsafe {
+            self.unpack()
+                .map(|v| _mm256_xor_si256(v, _mm256_set1_epi8(-128)))
+        }
     }
     /// The sign trick: |w| * (x with w's sign). |w| <= 128 and |x| <= 127 keep pair sums in i16.
     #[inline(always)]
@@ -578,143 +562,75 @@ impl WeightBlock for BlockQ8_0 {
         // SAFETY: avx2 is enabled in the caller.
         unsafe { (_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)) }
     }
-}
-
-/// Lane r = the total of p[r]'s 8 lanes.
-#[inline(always)]
-unsafe fn reduce8(p: [__m256i; ROWS]) -> __m256i {
-    // SAFETY: avx2 is enabled in the caller.
-    unsafe {
-        let a01 = _mm256_hadd_epi32(p[0], p[1]);
-        let a23 = _mm256_hadd_epi32(p[2], p[3]);
-        let a45 = _mm256_hadd_epi32(p[4], p[5]);
-        let a67 = _mm256_hadd_epi32(p[6], p[7]);
-        let b0 = _mm256_hadd_epi32(a01, a23);
-        let b1 = _mm256_hadd_epi32(a45, a67);
-        _mm256_add_epi32(
-            _mm256_permute2x128_si256::<0x20>(b0, b1),
-            _mm256_permute2x128_si256::<0x31>(b0, b1),
-        )
-    }
-}
-
-/// 8 rows of blocks, `stride` bytes apart: the rows of one pass.
-#[derive(Clone, Copy)]
-struct RowGroup<B> {
-    first: *const B,
-    stride: usize,
-}
-
-impl<B> RowGroup<B> {
-    /// Block b of row r. Written as (first or first + 4 strides) + (r % 4) strides, so the
-    /// compiler can address all 8 rows from two pointers and two strides.
     #[inline(always)]
-    unsafe fn block(self, r: usize, b: usize) -> *const B {
-        let base = self.first.wrapping_add(b);
-        let half = if r < 4 {
-            base
-        } else {
-            base.wrapping_byte_add(4 * self.stride)
-        };
-        half.wrapping_byte_add((r % 4) * self.stride)
+    unsafe fn scales(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
     }
 }
 
-/// (d, m) of block b of 8 rows as f32 (m is zero unless B::HAS_MIN): both are the f16s at the
-/// start of every block type here. Scalar loads, not a gather: gathers are slow on CPUs with
-/// the Gather Data Sampling mitigation.
+/// One pass: the 8 rows of `tiles` (nb tiles, one row group) by T tokens (`x[t]` points at
+/// token t's first block). Lane r of result t is reference::dot_*_q8(row r, token t).
 #[inline(always)]
-unsafe fn scales<B: WeightBlock>(rows: RowGroup<B>, b: usize) -> (__m256, __m256) {
-    // SAFETY: every block is at least 18 bytes, so 4 bytes at each block start are readable;
-    // avx2 + f16c are enabled in the caller.
-    unsafe {
-        let head = |r: usize| rows.block(r, b).cast::<i32>().read_unaligned();
-        let g = _mm256_setr_epi32(
-            head(0),
-            head(1),
-            head(2),
-            head(3),
-            head(4),
-            head(5),
-            head(6),
-            head(7),
-        );
-        let lo = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
-        let hi = _mm256_srli_epi32::<16>(g);
-        // packus per 128-bit half: [lo0..3, hi0..3 | lo4..7, hi4..7] -> [lo0..7 | hi0..7].
-        let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
-        let d = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
-        let m = if B::HAS_MIN {
-            _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(packed))
-        } else {
-            _mm256_setzero_ps()
-        };
-        (d, m)
-    }
-}
-
-/// One pass: 8 rows by T tokens (`x[t]` points at token t's first block), nb blocks each.
-/// Lane r of result t is reference::dot_*_q8(row r, token t). `next` is where the next pass's
-/// rows lie (contiguous), fetched into cache meanwhile.
-#[inline(always)]
-unsafe fn tile<D: IntDot, B: WeightBlock, const T: usize>(
-    rows: RowGroup<B>,
-    next: *const B,
+unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
+    tiles: *const W,
     x: &[*const BlockQ8Act; T],
     nb: usize,
 ) -> [__m256; T] {
-    // SAFETY: the caller guarantees nb readable blocks in every row and token; prefetches
-    // never fault; features are enabled in the caller.
+    // SAFETY: the caller guarantees nb readable tiles and nb blocks per token; features are
+    // enabled in the caller.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); T];
-        let per_block = ROWS * std::mem::size_of::<B>();
+        let offset = if D::SATURATES {
+            W::SUM_OFFSET
+        } else {
+            W::UNSIGNED_OFFSET
+        };
         for b in 0..nb {
-            for line in (0..per_block).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_byte_add(b * per_block + line).cast());
-            }
-            let (d, m) = scales::<B>(rows, b);
-            let mut unpacked = [_mm256_setzero_si256(); ROWS];
-            for (r, u) in unpacked.iter_mut().enumerate() {
-                let block = &*rows.block(r, b);
-                *u = if D::SATURATES {
-                    block.unpack()
-                } else {
-                    block.unpack_unsigned()
-                };
-            }
-            let w = D::pack(unpacked);
-            let offset = if D::SATURATES {
-                B::SUM_OFFSET
+            let t = &*tiles.add(b);
+            let (d, m) = t.scales();
+            let w = if D::SATURATES {
+                t.unpack()
             } else {
-                B::UNSIGNED_OFFSET
+                t.unpack_unsigned()
             };
-            for t in 0..T {
-                let xb = &*x[t].add(b);
-                let xq = _mm256_loadu_si256(xb.qs.as_ptr().cast());
-                let mut isum = D::dot8::<B>(&w, xq);
+            for j in 0..T {
+                let xb = &*x[j].add(b);
+                let xq = xb.qs.as_ptr().cast::<i32>();
+                let mut isum = _mm256_setzero_si256();
+                for (k, wk) in w.iter().enumerate() {
+                    let xk = _mm256_set1_epi32(xq.add(k).read_unaligned());
+                    let (u, s) = if D::SATURATES {
+                        W::operands(*wk, xk)
+                    } else {
+                        (*wk, xk)
+                    };
+                    isum = D::dot_acc(isum, u, s);
+                }
                 if offset != 0 {
                     isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(offset * xb.sum));
                 }
                 let dx = _mm256_set1_ps(xb.d);
                 let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx));
-                if B::HAS_MIN {
+                if W::HAS_MIN {
                     let min_term =
                         _mm256_mul_ps(_mm256_set1_ps(xb.sum as f32), _mm256_mul_ps(m, dx));
                     term = _mm256_add_ps(term, min_term);
                 }
-                acc[t] = _mm256_add_ps(acc[t], term);
+                acc[j] = _mm256_add_ps(acc[j], term);
             }
         }
         acc
     }
 }
 
-/// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4), rows
-/// `first_row ..` of a matrix whose rows are `nb` blocks each. Otherwise identical to
-/// reference::matmul. A last partial pass of rows repeats its last row and drops the extra lanes.
+/// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
+/// are a tiled matrix of `rows` rows of `nb` blocks. Otherwise identical to reference::matmul.
+/// Row groups only partly inside the range compute all 8 lanes and keep the ones asked for.
 #[inline(always)]
-pub unsafe fn matmul_q<D: IntDot, B: WeightBlock>(
-    w: &[B],
+pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
+    tiles: &[W],
+    rows: usize,
     nb: usize,
     first_row: usize,
     x: &[BlockQ8Act],
@@ -727,56 +643,50 @@ pub unsafe fn matmul_q<D: IntDot, B: WeightBlock>(
         "matmul: token outputs differ in length"
     );
     assert!(
-        (first_row + n_rows) * nb <= w.len() && n_tokens * nb <= x.len(),
+        first_row + n_rows <= rows
+            && rows.div_ceil(ROWS) * nb <= tiles.len()
+            && n_tokens * nb <= x.len(),
         "matmul: rows or tokens out of range"
     );
-    // SAFETY: the asserts above bound every block read; features are enabled in the caller.
+    if n_rows == 0 {
+        return;
+    }
+    let end_row = first_row + n_rows;
+    // SAFETY: the asserts above bound every tile and block read; features are enabled in the
+    // caller.
     unsafe {
-        let row_bytes = nb * std::mem::size_of::<B>();
-        let mut padded: Vec<B> = Vec::new();
-        for r0 in (0..n_rows).step_by(ROWS) {
-            let valid = (n_rows - r0).min(ROWS);
-            let first = w.as_ptr().add((first_row + r0) * nb);
-            let rows = if valid == ROWS {
-                RowGroup {
-                    first,
-                    stride: row_bytes,
-                }
-            } else {
-                // A last partial pass: its rows, then the last one repeated (lanes dropped).
-                padded.clear();
-                for r in 0..ROWS {
-                    let row = first_row + r0 + r.min(valid - 1);
-                    padded.extend_from_slice(&w[row * nb..(row + 1) * nb]);
-                }
-                RowGroup {
-                    first: padded.as_ptr(),
-                    stride: row_bytes,
-                }
-            };
-            let next = first.wrapping_add(2 * ROWS * nb);
+        for g in first_row / ROWS..end_row.div_ceil(ROWS) {
+            let lane_lo = first_row.max(g * ROWS) - g * ROWS;
+            let lane_hi = end_row.min((g + 1) * ROWS) - g * ROWS;
+            let at = g * ROWS + lane_lo - first_row;
+            let group = tiles.as_ptr().add(g * nb);
             let mut t0 = 0;
             while t0 < n_tokens {
-                let tt = (n_tokens - t0).min(TOKENS);
-                let mut lanes = [[0.0f32; ROWS]; TOKENS];
+                let tt = (n_tokens - t0).min(D::TOKENS);
+                let mut lanes = [[0.0f32; ROWS]; 8];
                 macro_rules! run {
                     ($t:literal) => {{
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
-                        let acc = tile::<D, B, $t>(rows, next, &xs, nb);
+                        let acc = tile::<D, W, $t>(group, &xs, nb);
                         for (lane, a) in lanes.iter_mut().zip(acc) {
                             _mm256_storeu_ps(lane.as_mut_ptr(), a);
                         }
                     }};
                 }
                 match tt {
+                    8 => run!(8),
+                    7 => run!(7),
+                    6 => run!(6),
+                    5 => run!(5),
                     4 => run!(4),
                     3 => run!(3),
                     2 => run!(2),
                     _ => run!(1),
                 }
                 for (j, lane) in lanes.iter().take(tt).enumerate() {
-                    out[t0 + j][r0..r0 + valid].copy_from_slice(&lane[..valid]);
+                    out[t0 + j][at..at + lane_hi - lane_lo]
+                        .copy_from_slice(&lane[lane_lo..lane_hi]);
                 }
                 t0 += tt;
             }
@@ -813,12 +723,14 @@ pub unsafe fn matmul_f<L: Lanes>(
     }
 }
 
-/// The quantized dots of one row (the table's dot_*_q8 entries), through the matmul tile.
+/// The quantized dots of one row (the table's dot_*_q8 entries): the row is tiled (lanes 1..8
+/// padding) and run through the matmul tile. Not on the forward path.
 #[inline(always)]
-pub unsafe fn dot_q<D: IntDot, B: WeightBlock>(w: &[B], x: &[BlockQ8Act]) -> f32 {
+pub unsafe fn dot_q<D: IntDot, W: WeightTile>(w: &[W::Block], x: &[BlockQ8Act]) -> f32 {
+    let tiles = tile_rows::<W>(1, w.len(), |_| w);
     let mut o = [0.0f32];
     // SAFETY: forwarded to the caller.
-    unsafe { matmul_q::<D, B>(w, w.len(), 0, x, &mut [&mut o[..]]) };
+    unsafe { matmul_q::<D, W>(&tiles, 1, w.len(), 0, x, &mut [&mut o[..]]) };
     o[0]
 }
 

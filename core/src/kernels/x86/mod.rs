@@ -40,6 +40,7 @@ macro_rules! backend {
 
         use crate::kernels::x86::common::{self, BF16Lanes, F16Lanes, F32Lanes};
         use crate::kernels::{reference, Input, Kernels, KvSlice, Matrix, MatrixData};
+        use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ8_0};
         use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
 
         pub static KERNELS: Kernels = Kernels {
@@ -93,7 +94,7 @@ macro_rules! backend {
         }
 
         macro_rules! dot_q {
-            ($fn_name:ident, $block:ty) => {
+            ($fn_name:ident, $block:ty, $tile:ty) => {
                 #[doc = concat!("Otherwise identical to reference::", stringify!($fn_name), ".")]
                 pub fn $fn_name(w: &[$block], x: &[BlockQ8Act]) -> f32 {
                     assert_eq!(w.len(), x.len(), concat!(stringify!($fn_name), ": block counts differ"));
@@ -101,16 +102,16 @@ macro_rules! backend {
                     #[target_feature(enable = $features)]
                     unsafe fn imp(w: &[$block], x: &[BlockQ8Act]) -> f32 {
                         // SAFETY: dot_q checks its own bounds.
-                        unsafe { common::dot_q::<$int_dot, $block>(w, x) }
+                        unsafe { common::dot_q::<$int_dot, $tile>(w, x) }
                     }
                     // SAFETY: check_host() found the features `imp` is compiled for.
                     unsafe { imp(w, x) }
                 }
             };
         }
-        dot_q!(dot_q4_0_q8, BlockQ4_0);
-        dot_q!(dot_q4_1_q8, BlockQ4_1);
-        dot_q!(dot_q8_0_q8, BlockQ8_0);
+        dot_q!(dot_q4_0_q8, BlockQ4_0, TileQ4_0);
+        dot_q!(dot_q4_1_q8, BlockQ4_1, TileQ4_1);
+        dot_q!(dot_q8_0_q8, BlockQ8_0, TileQ8_0);
 
         /// Otherwise identical to reference::matmul.
         pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
@@ -122,13 +123,13 @@ macro_rules! backend {
                 unsafe {
                     match (&w.data, x) {
                         (MatrixData::Q4_1(d), Input::Q8(x)) => {
-                            <$int_dot as common::IntDot>::matmul_q(d, nb, first_row, x, out)
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::Q4_0(d), Input::Q8(x)) => {
-                            <$int_dot as common::IntDot>::matmul_q(d, nb, first_row, x, out)
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::Q8_0(d), Input::Q8(x)) => {
-                            <$int_dot as common::IntDot>::matmul_q(d, nb, first_row, x, out)
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::F32(d), Input::F32(x)) => {
                             common::matmul_f::<F32Lanes>(d, cols, first_row, x, out)

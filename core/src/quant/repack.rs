@@ -1,0 +1,187 @@
+//! Row-interleaved weight tiles (DESIGN.md section 4): the one in-memory layout of a quantized
+//! matrix, built once at load. Reference code (plain Rust); the kernels read the tiles directly.
+//!
+//! Rows are taken in groups of [`TILE_ROWS`]; tile (group g, block b) holds block b of rows
+//! `8g .. 8g + 8`: first the 8 scales (and Q4_1's 8 mins), contiguous, then the 8 rows' quants
+//! interleaved in 4-byte columns: `qs[32 * c + 4 * lane + j]` is byte `4 * c + j` of row
+//! `8g + lane`'s block (`c` = 0..4 for the 4-bit types, whose 16 bytes hold elements
+//! `4c + j` in the low nibble and `16 + 4c + j` in the high one; 0..8 for Q8_0). So one 256-bit
+//! load of column c gives every row's 4 bytes, and one `vpdpbusd` against 4 activation bytes
+//! broadcast accumulates all 8 rows' dots, one row per i32 lane, with no horizontal sum.
+//! A last partial group is padded with zero blocks (d = 0), whose outputs nobody reads.
+
+use super::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+
+/// Rows per tile: one i32 / f32 lane of a 256-bit register each.
+pub const TILE_ROWS: usize = 8;
+
+/// Block b of 8 rows of Q4_0.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ4_0 {
+    /// Scales of lanes 0..8, f16 bits.
+    pub d: [u16; TILE_ROWS],
+    /// `qs[32 * c + 4 * lane + j]` = byte `4c + j` of lane's block, c in 0..4.
+    pub qs: [u8; TILE_ROWS * QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<TileQ4_0>() == 144);
+
+/// Block b of 8 rows of Q4_1.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ4_1 {
+    /// Scales of lanes 0..8, f16 bits.
+    pub d: [u16; TILE_ROWS],
+    /// Minimums of lanes 0..8, f16 bits.
+    pub m: [u16; TILE_ROWS],
+    /// As [`TileQ4_0::qs`].
+    pub qs: [u8; TILE_ROWS * QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<TileQ4_1>() == 160);
+
+/// Block b of 8 rows of Q8_0.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ8_0 {
+    /// Scales of lanes 0..8, f16 bits.
+    pub d: [u16; TILE_ROWS],
+    /// `qs[32 * c + 4 * lane + j]` = quant `4c + j` of lane's block, c in 0..8.
+    pub qs: [i8; TILE_ROWS * QK],
+}
+const _: () = assert!(std::mem::size_of::<TileQ8_0>() == 272);
+
+/// Index into a tile's interleaved quants of byte `i` of lane's block.
+#[inline(always)]
+pub const fn interleaved(lane: usize, i: usize) -> usize {
+    32 * (i / 4) + 4 * lane + i % 4
+}
+
+/// A tile type and the GGUF block it interleaves.
+pub trait Tile: Copy + Send + Sync + 'static {
+    type Block: Copy + Default + Send + Sync;
+    /// A tile of zero blocks (the padding).
+    const ZERO: Self;
+    /// The block of one lane (row), exactly as it was stored.
+    fn block(&self, lane: usize) -> Self::Block;
+    fn set_block(&mut self, lane: usize, block: &Self::Block);
+}
+
+impl Tile for TileQ4_0 {
+    type Block = BlockQ4_0;
+    const ZERO: Self = TileQ4_0 {
+        d: [0; TILE_ROWS],
+        qs: [0; TILE_ROWS * QK / 2],
+    };
+    #[inline(always)]
+    fn block(&self, lane: usize) -> BlockQ4_0 {
+        BlockQ4_0 {
+            d: self.d[lane],
+            qs: std::array::from_fn(|i| self.qs[interleaved(lane, i)]),
+        }
+    }
+    fn set_block(&mut self, lane: usize, block: &BlockQ4_0) {
+        self.d[lane] = block.d;
+        for (i, &q) in block.qs.iter().enumerate() {
+            self.qs[interleaved(lane, i)] = q;
+        }
+    }
+}
+
+impl Tile for TileQ4_1 {
+    type Block = BlockQ4_1;
+    const ZERO: Self = TileQ4_1 {
+        d: [0; TILE_ROWS],
+        m: [0; TILE_ROWS],
+        qs: [0; TILE_ROWS * QK / 2],
+    };
+    #[inline(always)]
+    fn block(&self, lane: usize) -> BlockQ4_1 {
+        BlockQ4_1 {
+            d: self.d[lane],
+            m: self.m[lane],
+            qs: std::array::from_fn(|i| self.qs[interleaved(lane, i)]),
+        }
+    }
+    fn set_block(&mut self, lane: usize, block: &BlockQ4_1) {
+        self.d[lane] = block.d;
+        self.m[lane] = block.m;
+        for (i, &q) in block.qs.iter().enumerate() {
+            self.qs[interleaved(lane, i)] = q;
+        }
+    }
+}
+
+impl Tile for TileQ8_0 {
+    type Block = BlockQ8_0;
+    const ZERO: Self = TileQ8_0 {
+        d: [0; TILE_ROWS],
+        qs: [0; TILE_ROWS * QK],
+    };
+    #[inline(always)]
+    fn block(&self, lane: usize) -> BlockQ8_0 {
+        BlockQ8_0 {
+            d: self.d[lane],
+            qs: std::array::from_fn(|i| self.qs[interleaved(lane, i)]),
+        }
+    }
+    fn set_block(&mut self, lane: usize, block: &BlockQ8_0) {
+        self.d[lane] = block.d;
+        for (i, &q) in block.qs.iter().enumerate() {
+            self.qs[interleaved(lane, i)] = q;
+        }
+    }
+}
+
+/// Tiles of `rows` rows of `blocks_per_row` blocks, from row-major blocks (`row(r)` gives row
+/// r's blocks). Tile (g, b) is at `g * blocks_per_row + b`.
+pub fn tile_rows<'a, T: Tile>(
+    rows: usize,
+    blocks_per_row: usize,
+    row: impl Fn(usize) -> &'a [T::Block],
+) -> Vec<T> {
+    let groups = rows.div_ceil(TILE_ROWS);
+    let mut tiles = vec![T::ZERO; groups * blocks_per_row];
+    for r in 0..rows {
+        let blocks = row(r);
+        assert_eq!(blocks.len(), blocks_per_row, "tile_rows: bad row length");
+        let (g, lane) = (r / TILE_ROWS, r % TILE_ROWS);
+        for (b, block) in blocks.iter().enumerate() {
+            tiles[g * blocks_per_row + b].set_block(lane, block);
+        }
+    }
+    tiles
+}
+
+/// Row r's blocks, in order, read back from tiles.
+pub fn untile_row<T: Tile>(tiles: &[T], blocks_per_row: usize, r: usize) -> Vec<T::Block> {
+    let (g, lane) = (r / TILE_ROWS, r % TILE_ROWS);
+    tiles[g * blocks_per_row..(g + 1) * blocks_per_row]
+        .iter()
+        .map(|t| t.block(lane))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_round_trip_every_row_and_pad_with_zeros() {
+        let (rows, nb) = (11, 3);
+        let blocks: Vec<BlockQ4_1> = (0..rows * nb)
+            .map(|i| BlockQ4_1 {
+                d: i as u16,
+                m: 1000 + i as u16,
+                qs: std::array::from_fn(|j| (i * 16 + j) as u8),
+            })
+            .collect();
+        let tiles: Vec<TileQ4_1> = tile_rows(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        assert_eq!(tiles.len(), 2 * nb);
+        for r in 0..rows {
+            assert_eq!(untile_row(&tiles, nb, r), &blocks[r * nb..(r + 1) * nb]);
+        }
+        assert_eq!(tiles[nb].block(7), BlockQ4_1::default());
+        // Column 1 of lane 2 is bytes 4..8 of row 2's block.
+        assert_eq!(tiles[0].qs[32 + 8..32 + 12], blocks[2 * nb].qs[4..8]);
+    }
+}
