@@ -7,7 +7,7 @@ PROMPT ?= Explain in two sentences why the sky is blue.
 CARGO  ?= cargo
 MODEL  := $(shell echo $${INFERNO_CACHE:-$$HOME/.cache/inferno})/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup model build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm
+.PHONY: run test setup model build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
 
 run: model build
 	./target/release/inferno run --model "$(MODEL)" "$(PROMPT)"
@@ -22,7 +22,7 @@ model:
 build:
 	$(CARGO) build --release -p inferno-native
 
-test: setup model build test-rust test-wasm-build test-wasm
+test: setup model build wasm-selftest test-rust test-wasm-build test-wasm
 
 # Unit and integration tests of every crate, optimized (the model tests run a real forward).
 # The CLI tests run the binary built above.
@@ -52,6 +52,20 @@ test-wasm: wasm model build
 # Browser vs native vs wllama tokens/s (not part of make test).
 bench-wasm: wasm model build
 	node tests/wasm/bench.mjs --model "$(MODEL)"
+
+# The wasm kernels' bitwise self test, built three ways (scalar, simd128, + relaxed-simd), each
+# in its own target dir so the flags never thrash the main build's cache. Run by
+# tests/tests/wasm_kernels.rs under Node (part of test-rust).
+WASM_SELFTEST := $(CARGO) build --release -p inferno-wasm-selftest --target wasm32-unknown-unknown
+wasm-selftest: setup
+	RUSTFLAGS="" $(WASM_SELFTEST) --target-dir target/wasm-scalar
+	RUSTFLAGS="-C target-feature=+simd128" $(WASM_SELFTEST) --target-dir target/wasm-simd128
+	RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" $(WASM_SELFTEST) --target-dir target/wasm-relaxed
+
+# Quantized matmul speed per wasm backend in Node (not part of make test).
+bench-wasm-kernels: wasm-selftest
+	node tests/wasm-selftest/run.mjs target/wasm-simd128/wasm32-unknown-unknown/release/inferno_wasm_selftest.wasm --bench
+	node --experimental-wasm-relaxed-simd --no-liftoff tests/wasm-selftest/run.mjs target/wasm-relaxed/wasm32-unknown-unknown/release/inferno_wasm_selftest.wasm --bench
 
 clean:
 	$(CARGO) clean

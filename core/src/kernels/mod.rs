@@ -20,6 +20,8 @@
 
 pub mod math;
 pub mod reference;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm32;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
@@ -357,6 +359,8 @@ impl Kernels {
         let mut all = vec![&reference::KERNELS];
         #[cfg(target_arch = "x86_64")]
         all.extend(x86::available());
+        #[cfg(target_arch = "wasm32")]
+        all.extend(wasm32::available());
         all
     }
 

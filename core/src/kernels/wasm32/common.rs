@@ -1,0 +1,841 @@
+//! The simd128 twins of reference.rs shared by both wasm backends (optimized, bit-identical).
+//! The build enables simd128 for the whole module, so the intrinsics are safe calls; only the
+//! 16-byte loads and stores are `unsafe`, each behind a slice or array that holds the bytes.
+//! simd128.rs and relaxed.rs differ only in how they take the integer dot of a block ([`IntDot`]).
+//! A rule-2 accumulator of 8 lanes is a pair of f32x4 (lanes 0..4, 4..8).
+
+use core::arch::wasm32::*;
+
+use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
+use crate::kernels::reference::{self, ATTENTION_BLOCK};
+use crate::kernels::{Input, KvSlice, Matrix, MatrixData};
+use crate::quant::repack::{tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS};
+use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ8Act, QK};
+
+// ---------------------------------------------------------------------------------------------
+// Loads and stores: the only unsafe code of the wasm backends.
+
+/// `s[i..i + 4]` as f32x4.
+#[inline(always)]
+fn load_f32x4(s: &[f32], i: usize) -> v128 {
+    let s = &s[i..i + 4];
+    // SAFETY: s holds 4 f32, 16 readable bytes; v128.load takes any alignment.
+    unsafe { v128_load(s.as_ptr().cast()) }
+}
+
+/// `s[i..i + 8]` as u16x8.
+#[inline(always)]
+fn load_u16x8(s: &[u16], i: usize) -> v128 {
+    let s = &s[i..i + 8];
+    // SAFETY: s holds 8 u16, 16 readable bytes; v128.load takes any alignment.
+    unsafe { v128_load(s.as_ptr().cast()) }
+}
+
+/// 32 signed bytes as two i8x16.
+#[inline(always)]
+pub fn load_i8x32(s: &[i8; QK]) -> [v128; 2] {
+    // SAFETY: s holds 32 readable bytes; v128.load takes any alignment.
+    unsafe {
+        [
+            v128_load(s.as_ptr().cast()),
+            v128_load(s.as_ptr().add(16).cast()),
+        ]
+    }
+}
+
+/// Stores f32x4 `v` at `s[i..i + 4]`.
+#[inline(always)]
+fn store_f32x4(s: &mut [f32], i: usize, v: v128) {
+    let s = &mut s[i..i + 4];
+    // SAFETY: s holds 4 writable f32, 16 bytes; v128.store takes any alignment.
+    unsafe { v128_store(s.as_mut_ptr().cast(), v) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element types of rule-2 dots
+
+/// f16 bits (in the low half of each u32 lane) -> f32, exactly: the magnitude's bits shifted
+/// into place and scaled by 2^112 (exact for normals and subnormals: wasm never flushes
+/// subnormals), inf/NaN rebuilt with their payload, then the sign. Otherwise identical to
+/// quant::f16_to_f32.
+#[inline(always)]
+pub fn f16x4_to_f32x4(h: v128) -> v128 {
+    let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
+    let magnitude = v128_and(h, u32x4_splat(0x7fff));
+    let shifted = i32x4_shl(magnitude, 13);
+    let finite = f32x4_mul(shifted, f32x4_splat(f32::from_bits((127 + 112) << 23)));
+    let inf_nan = v128_or(shifted, u32x4_splat(0x7f80_0000));
+    let is_inf_nan = i32x4_ge(magnitude, i32x4_splat(0x7c00));
+    v128_or(v128_bitselect(inf_nan, finite, is_inf_nan), sign)
+}
+
+/// Element types a rule-2 dot can read 8 at a time as two f32x4, exactly.
+pub trait Lanes {
+    type Elem: Copy;
+    /// Elements `s[i..i + 8]`.
+    fn load8(s: &[Self::Elem], i: usize) -> [v128; 2];
+    fn load1(e: Self::Elem) -> f32;
+}
+
+pub struct F32Lanes;
+pub struct F16Lanes;
+pub struct BF16Lanes;
+
+impl Lanes for F32Lanes {
+    type Elem = f32;
+    #[inline(always)]
+    fn load8(s: &[f32], i: usize) -> [v128; 2] {
+        let s = &s[i..i + 8];
+        [load_f32x4(s, 0), load_f32x4(s, 4)]
+    }
+    #[inline(always)]
+    fn load1(e: f32) -> f32 {
+        e
+    }
+}
+
+impl Lanes for F16Lanes {
+    type Elem = u16;
+    #[inline(always)]
+    fn load8(s: &[u16], i: usize) -> [v128; 2] {
+        let h = load_u16x8(s, i);
+        [
+            f16x4_to_f32x4(u32x4_extend_low_u16x8(h)),
+            f16x4_to_f32x4(u32x4_extend_high_u16x8(h)),
+        ]
+    }
+    #[inline(always)]
+    fn load1(e: u16) -> f32 {
+        f16_to_f32(e)
+    }
+}
+
+impl Lanes for BF16Lanes {
+    type Elem = u16;
+    #[inline(always)]
+    fn load8(s: &[u16], i: usize) -> [v128; 2] {
+        let h = load_u16x8(s, i);
+        [
+            i32x4_shl(u32x4_extend_low_u16x8(h), 16),
+            i32x4_shl(u32x4_extend_high_u16x8(h), 16),
+        ]
+    }
+    #[inline(always)]
+    fn load1(e: u16) -> f32 {
+        bf16_to_f32(e)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 2
+
+/// `acc + a * b` on an 8-lane accumulator (two roundings, never fused).
+#[inline(always)]
+fn mul_add8(acc: [v128; 2], a: [v128; 2], b: [v128; 2]) -> [v128; 2] {
+    [
+        f32x4_add(acc[0], f32x4_mul(a[0], b[0])),
+        f32x4_add(acc[1], f32x4_mul(a[1], b[1])),
+    ]
+}
+
+/// Rule 2's fixed tree over four 8-lane accumulators. Otherwise identical to
+/// reference::fold_accumulators.
+#[inline(always)]
+pub fn fold(acc: [[v128; 2]; 4]) -> f32 {
+    // s = (acc0 + acc1) + (acc2 + acc3), lanes 0..4 and 4..8.
+    let s_lo = f32x4_add(
+        f32x4_add(acc[0][0], acc[1][0]),
+        f32x4_add(acc[2][0], acc[3][0]),
+    );
+    let s_hi = f32x4_add(
+        f32x4_add(acc[0][1], acc[1][1]),
+        f32x4_add(acc[2][1], acc[3][1]),
+    );
+    // t = [s0+s4, s1+s5, s2+s6, s3+s7]; u0 = t0+t2, u1 = t1+t3; result u0 + u1.
+    let t = f32x4_add(s_lo, s_hi);
+    let u = f32x4_add(t, i32x4_shuffle::<2, 3, 2, 3>(t, t));
+    f32x4_extract_lane::<0>(u) + f32x4_extract_lane::<1>(u)
+}
+
+/// Rule 2: the dot of `a` and `b` (same length). A partial last group is padded with zeros:
+/// adding +0.0 leaves every accumulator unchanged (they start at +0.0 and a sum is -0.0 only
+/// when both terms are), so the padding is exact. Otherwise identical to reference::dot_by.
+#[inline(always)]
+pub fn dot_rule2<L: Lanes>(a: &[L::Elem], b: &[f32]) -> f32 {
+    let n = a.len();
+    let b = &b[..n];
+    let zero = f32x4_splat(0.0);
+    let mut acc = [[zero; 2]; 4];
+    let whole = n / 32 * 32;
+    for i in (0..whole).step_by(32) {
+        for (k, acc_k) in acc.iter_mut().enumerate() {
+            let j = i + 8 * k;
+            *acc_k = mul_add8(*acc_k, L::load8(a, j), F32Lanes::load8(b, j));
+        }
+    }
+    let groups = n / 8;
+    for g in whole / 8..groups {
+        acc[g % 4] = mul_add8(acc[g % 4], L::load8(a, 8 * g), F32Lanes::load8(b, 8 * g));
+    }
+    let rest = n - groups * 8;
+    if rest > 0 {
+        let (mut ta, mut tb) = ([0.0f32; 8], [0.0f32; 8]);
+        for j in 0..rest {
+            ta[j] = L::load1(a[groups * 8 + j]);
+            tb[j] = b[groups * 8 + j];
+        }
+        acc[groups % 4] = mul_add8(
+            acc[groups % 4],
+            F32Lanes::load8(&ta, 0),
+            F32Lanes::load8(&tb, 0),
+        );
+    }
+    fold(acc)
+}
+
+/// Otherwise identical to reference::dot_f32.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot_f32 operands differ in length");
+    dot_rule2::<F32Lanes>(a, b)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 5: exp, RMSNorm, SiLU, RoPE
+
+/// e^x for 4 lanes: the same constants and the same operation sequence as math::exp
+/// (`f32x4.nearest` is round-ties-even, Cody-Waite reduction, Horner without fused
+/// multiply-add, 2^n in two exact steps, then the special cases). Otherwise identical to
+/// math::exp.
+#[inline(always)]
+pub fn exp4(x: v128) -> v128 {
+    let n = f32x4_nearest(f32x4_mul(x, f32x4_splat(LOG2_E)));
+    let r = f32x4_sub(
+        f32x4_sub(x, f32x4_mul(n, f32x4_splat(LN2_HI))),
+        f32x4_mul(n, f32x4_splat(LN2_LO)),
+    );
+    let mut p = f32x4_splat(EXP_POLY[5]);
+    for c in [
+        EXP_POLY[4],
+        EXP_POLY[3],
+        EXP_POLY[2],
+        EXP_POLY[1],
+        EXP_POLY[0],
+        1.0,
+        1.0,
+    ] {
+        p = f32x4_add(f32x4_mul(p, r), f32x4_splat(c));
+    }
+    // n / 2 rounded toward zero, as Rust's i32 division: add the sign bit, shift. Lanes out
+    // of range (or NaN) give garbage here and are replaced below.
+    let ni = i32x4_trunc_sat_f32x4(n);
+    let n1 = i32x4_shr(i32x4_add(ni, u32x4_shr(ni, 31)), 1);
+    let n2 = i32x4_sub(ni, n1);
+    let bias = i32x4_splat(127);
+    let pow2_n1 = i32x4_shl(i32x4_add(n1, bias), 23);
+    let pow2_n2 = i32x4_shl(i32x4_add(n2, bias), 23);
+    let y = f32x4_mul(f32x4_mul(p, pow2_n1), pow2_n2);
+    let under = f32x4_lt(x, f32x4_splat(EXP_UNDERFLOW));
+    let over = f32x4_gt(x, f32x4_splat(EXP_OVERFLOW));
+    let nan = f32x4_ne(x, x);
+    let y = v128_andnot(y, under);
+    let y = v128_bitselect(f32x4_splat(f32::INFINITY), y, over);
+    v128_bitselect(x, y, nan)
+}
+
+/// Otherwise identical to reference::rmsnorm.
+pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    assert!(
+        x.len() == weight.len() && x.len() == out.len(),
+        "rmsnorm: lengths differ"
+    );
+    let r = 1.0 / (dot_f32(x, x) / x.len() as f32 + eps).sqrt();
+    let n4 = x.len() / 4 * 4;
+    let rv = f32x4_splat(r);
+    for i in (0..n4).step_by(4) {
+        let y = f32x4_mul(f32x4_mul(load_f32x4(x, i), rv), load_f32x4(weight, i));
+        store_f32x4(out, i, y);
+    }
+    for i in n4..x.len() {
+        out[i] = (x[i] * r) * weight[i];
+    }
+}
+
+/// Otherwise identical to reference::silu_mul.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "silu_mul: lengths differ");
+    let n4 = gate.len() / 4 * 4;
+    let one = f32x4_splat(1.0);
+    for i in (0..n4).step_by(4) {
+        let g = load_f32x4(gate, i);
+        let e = exp4(f32x4_neg(g));
+        let y = f32x4_mul(f32x4_div(g, f32x4_add(one, e)), load_f32x4(up, i));
+        store_f32x4(gate, i, y);
+    }
+    for i in n4..gate.len() {
+        gate[i] = (gate[i] / (1.0 + math::exp(-gate[i]))) * up[i];
+    }
+}
+
+/// Otherwise identical to reference::rope.
+pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+    let half = head_dim / 2;
+    assert!(
+        x.len() % head_dim == 0 && cos.len() == half && sin.len() == half,
+        "rope: bad shapes"
+    );
+    let h4 = half / 4 * 4;
+    for head in x.chunks_exact_mut(head_dim) {
+        for i in (0..h4).step_by(4) {
+            let (x0, x1) = (load_f32x4(head, i), load_f32x4(head, i + half));
+            let (c, s) = (load_f32x4(cos, i), load_f32x4(sin, i));
+            store_f32x4(head, i, f32x4_sub(f32x4_mul(x0, c), f32x4_mul(x1, s)));
+            store_f32x4(
+                head,
+                i + half,
+                f32x4_add(f32x4_mul(x0, s), f32x4_mul(x1, c)),
+            );
+        }
+        for i in h4..half {
+            let (x0, x1) = (head[i], head[i + half]);
+            head[i] = x0 * cos[i] - x1 * sin[i];
+            head[i + half] = x0 * sin[i] + x1 * cos[i];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 3
+
+/// Rule 3, 32 elements per block. Otherwise identical to reference::quantize_q8.
+pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
+    assert_eq!(
+        x.len(),
+        out.len() * QK,
+        "quantize_q8: x must fill the blocks exactly"
+    );
+    for (xb, block) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let v: [v128; 8] = std::array::from_fn(|k| load_f32x4(xb, 4 * k));
+        // The reference's `if |v| > m` never takes a NaN: NaN lanes become +0.0, then every
+        // lane is a non-negative float, whose bits order as integers the way the floats do,
+        // and any order gives the same maximum. An integer max, not f32x4.pmax: with
+        // relaxed-simd enabled LLVM turns pmax into f32x4.relaxed_max, whose NaN result is
+        // implementation-defined.
+        let mut m = i32x4_splat(0);
+        for vk in v {
+            m = i32x4_max(m, v128_and(f32x4_abs(vk), f32x4_eq(vk, vk)));
+        }
+        let m = i32x4_max(m, i32x4_shuffle::<2, 3, 0, 1>(m, m));
+        let m = i32x4_max(m, i32x4_shuffle::<1, 0, 3, 2>(m, m));
+        let amax = f32::from_bits(i32x4_extract_lane::<0>(m) as u32);
+        let id = f32x4_splat(if amax == 0.0 { 0.0 } else { 127.0 / amax });
+        // `as i32` sends NaN to 0 and saturates (trunc_sat does both), then the clamp.
+        let q: [v128; 8] = std::array::from_fn(|k| {
+            let r = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v[k], id)));
+            i32x4_min(i32x4_max(r, i32x4_splat(-127)), i32x4_splat(127))
+        });
+        let total = i32x4_add(
+            i32x4_add(i32x4_add(q[0], q[1]), i32x4_add(q[2], q[3])),
+            i32x4_add(i32x4_add(q[4], q[5]), i32x4_add(q[6], q[7])),
+        );
+        let lo = i8x16_narrow_i16x8(
+            i16x8_narrow_i32x4(q[0], q[1]),
+            i16x8_narrow_i32x4(q[2], q[3]),
+        );
+        let hi = i8x16_narrow_i16x8(
+            i16x8_narrow_i32x4(q[4], q[5]),
+            i16x8_narrow_i32x4(q[6], q[7]),
+        );
+        let (qs_lo, qs_hi) = block.qs.split_at_mut(16);
+        // SAFETY: each half of qs holds 16 writable bytes; v128.store takes any alignment.
+        unsafe {
+            v128_store(qs_lo.as_mut_ptr().cast(), lo);
+            v128_store(qs_hi.as_mut_ptr().cast(), hi);
+        }
+        block.d = amax / 127.0;
+        block.sum = hsum_i32x4(total);
+    }
+}
+
+#[inline(always)]
+fn hsum_i32x4(v: v128) -> i32 {
+    let s = i32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
+    let s = i32x4_add(s, i32x4_shuffle::<1, 0, 3, 2>(s, s));
+    i32x4_extract_lane::<0>(s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 6
+
+/// Rule 6 for head_dim = 8 * N, the output held in N pairs of f32x4. Otherwise identical to
+/// reference::attention (the caller has checked the same shapes).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn attention_n<L: Lanes, const N: usize>(
+    q: &[f32],
+    keys: &[L::Elem],
+    values: &[L::Elem],
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let zero = f32x4_splat(0.0);
+    let qv: [[v128; 2]; N] = std::array::from_fn(|j| F32Lanes::load8(q, 8 * j));
+    let mut o = [[zero; 2]; N];
+    let mut m = f32::NEG_INFINITY;
+    let mut l = 0.0f32;
+    let mut scores = [0.0f32; ATTENTION_BLOCK];
+    let mut p = [0.0f32; ATTENTION_BLOCK];
+    let mut start = 0;
+    while start < n_pos {
+        let end = (start + ATTENTION_BLOCK).min(n_pos);
+        let mut block_max = f32::NEG_INFINITY;
+        for t in start..end {
+            let k = &keys[t * stride + offset..t * stride + offset + 8 * N];
+            let mut acc = [[zero; 2]; 4];
+            for j in 0..N {
+                acc[j % 4] = mul_add8(acc[j % 4], qv[j], L::load8(k, 8 * j));
+            }
+            let s = fold(acc) * scale;
+            scores[t - start] = s;
+            block_max = if s > block_max { s } else { block_max };
+        }
+        let m_new = if block_max > m { block_max } else { m };
+        let c = math::exp(m - m_new);
+        l = l * c;
+        let cv = f32x4_splat(c);
+        for oj in o.iter_mut() {
+            *oj = [f32x4_mul(oj[0], cv), f32x4_mul(oj[1], cv)];
+        }
+        let mv = f32x4_splat(m_new);
+        for j in (0..end - start).step_by(4) {
+            store_f32x4(&mut p, j, exp4(f32x4_sub(load_f32x4(&scores, j), mv)));
+        }
+        for t in start..end {
+            let pt = p[t - start];
+            l = l + pt;
+            let pv = [f32x4_splat(pt); 2];
+            let v = &values[t * stride + offset..t * stride + offset + 8 * N];
+            for (j, oj) in o.iter_mut().enumerate() {
+                *oj = mul_add8(*oj, pv, L::load8(v, 8 * j));
+            }
+        }
+        m = m_new;
+        start = end;
+    }
+    let lv = f32x4_splat(l);
+    for (j, oj) in o.iter().enumerate() {
+        store_f32x4(out, 8 * j, f32x4_div(oj[0], lv));
+        store_f32x4(out, 8 * j + 4, f32x4_div(oj[1], lv));
+    }
+}
+
+/// Runs the twin for this head_dim if there is one (a multiple of 8 up to 256); returns false
+/// if it did not run.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn attention_any<L: Lanes>(
+    q: &[f32],
+    keys: &[L::Elem],
+    values: &[L::Elem],
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> bool {
+    macro_rules! by_width {
+        ($($n:literal),*) => {
+            match q.len() {
+                $(h if h == 8 * $n => attention_n::<L, $n>(q, keys, values, n_pos, stride, offset, scale, out),)*
+                _ => return false,
+            }
+        };
+    }
+    by_width!(1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 32);
+    true
+}
+
+/// Otherwise identical to reference::attention (which it calls for a head_dim that is not a
+/// multiple of 8).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    keys: KvSlice<'_>,
+    values: KvSlice<'_>,
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let head_dim = q.len();
+    let (keys_len, values_len) = match (keys, values) {
+        (KvSlice::F16(k), KvSlice::F16(v)) => (k.len(), v.len()),
+        (KvSlice::F32(k), KvSlice::F32(v)) => (k.len(), v.len()),
+        _ => panic!("attention: keys and values differ in type"),
+    };
+    assert!(
+        out.len() == head_dim && offset + head_dim <= stride,
+        "attention: bad shapes"
+    );
+    assert!(
+        keys_len >= n_pos * stride && values_len >= n_pos * stride,
+        "attention: cache too short"
+    );
+    let ran = match (keys, values) {
+        (KvSlice::F16(k), KvSlice::F16(v)) => {
+            attention_any::<F16Lanes>(q, k, v, n_pos, stride, offset, scale, out)
+        }
+        (KvSlice::F32(k), KvSlice::F32(v)) => {
+            attention_any::<F32Lanes>(q, k, v, n_pos, stride, offset, scale, out)
+        }
+        _ => unreachable!("checked above"),
+    };
+    if !ran {
+        reference::attention(q, keys, values, n_pos, stride, offset, scale, out);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 4: quantized matmul over row-interleaved tiles (quant::repack): one tile is block b of 8
+// rows, one i32 / f32 lane per row (rows 0..4 in one v128, 4..8 in the other), and column c of
+// its quants is the 8 rows' bytes 4c..4c+4. Up to 4 tokens per unpacked tile. Each (row, token)
+// lane sees exactly the reference's per-block sequence.
+
+/// Rows per tile: one f32 lane each.
+pub const ROWS: usize = TILE_ROWS;
+/// Tokens per unpacked tile.
+const TOKENS: usize = 4;
+
+/// A weight tile type of rule 4, as the kernels read it.
+pub trait WeightTile: Tile {
+    /// Q4_1's `+ sum_x * (mw * dx)` term.
+    const HAS_MIN: bool;
+    /// The 8 rows' scales d (and Q4_1's minimums m, else zero), lanes 0..4 and 4..8.
+    fn scales(&self) -> ([v128; 2], [v128; 2]);
+}
+
+/// 8 f16s as two f32x4.
+#[inline(always)]
+fn f16x8_to_f32(h: &[u16; ROWS]) -> [v128; 2] {
+    let h = load_u16x8(h, 0);
+    [
+        f16x4_to_f32x4(u32x4_extend_low_u16x8(h)),
+        f16x4_to_f32x4(u32x4_extend_high_u16x8(h)),
+    ]
+}
+
+impl WeightTile for TileQ4_0 {
+    const HAS_MIN: bool = false;
+    #[inline(always)]
+    fn scales(&self) -> ([v128; 2], [v128; 2]) {
+        (f16x8_to_f32(&self.d), [f32x4_splat(0.0); 2])
+    }
+}
+
+impl WeightTile for TileQ4_1 {
+    const HAS_MIN: bool = true;
+    #[inline(always)]
+    fn scales(&self) -> ([v128; 2], [v128; 2]) {
+        (f16x8_to_f32(&self.d), f16x8_to_f32(&self.m))
+    }
+}
+
+impl WeightTile for TileQ8_0 {
+    const HAS_MIN: bool = false;
+    #[inline(always)]
+    fn scales(&self) -> ([v128; 2], [v128; 2]) {
+        (f16x8_to_f32(&self.d), [f32x4_splat(0.0); 2])
+    }
+}
+
+/// 16 bytes of a tile's quants from byte `at`: column `at / 32`, rows 0..4 (`at % 32 == 0`) or
+/// 4..8 (`at % 32 == 16`), 4 bytes per row.
+#[inline(always)]
+fn load_quants<const N: usize>(qs: &[u8; N], at: usize) -> v128 {
+    let s = &qs[at..at + 16];
+    // SAFETY: s holds 16 readable bytes; v128.load takes any alignment.
+    unsafe { v128_load(s.as_ptr().cast()) }
+}
+
+/// A 4-bit tile's quants as unsigned bytes 0..=15, `[half][column]` for rows 0..4 / 4..8:
+/// `.0` the low nibbles (elements 4c..4c+4), `.1` the high ones (elements 16+4c..16+4c+4).
+#[inline(always)]
+pub fn unpack_nibble_columns(qs: &[u8; ROWS * QK / 2]) -> ([[v128; 4]; 2], [[v128; 4]; 2]) {
+    let mask = u8x16_splat(15);
+    let mut lo = [[u8x16_splat(0); 4]; 2];
+    let mut hi = lo;
+    for half in 0..2 {
+        for c in 0..4 {
+            let q = load_quants(qs, 32 * c + 16 * half);
+            lo[half][c] = v128_and(q, mask);
+            hi[half][c] = v128_and(u16x8_shr(q, 4), mask);
+        }
+    }
+    (lo, hi)
+}
+
+/// How a backend takes the exact integer dots of a tile's 8 rows with an activation block:
+/// weights are prepared once per tile, activations once per (token, block).
+pub trait IntDot<W: WeightTile> {
+    type Weights: Copy;
+    type Activations: Copy;
+    /// The dots are `dot() - OFFSET * sum_x`.
+    const OFFSET: i32;
+    fn weights(tile: &W) -> Self::Weights;
+    fn activations(block: &BlockQ8Act) -> Self::Activations;
+    /// i32x4 pair: lane r of half h is row 4h + r's integer dot (before the offset term).
+    fn dot(w: &Self::Weights, x: &Self::Activations) -> [v128; 2];
+}
+
+/// simd128's integer dot: both operands widened to i16, then `i32x4.dot_i16x8_s`, whose lanes
+/// hold (row, pair of bytes): lanes (2r, 2r+1) of a pair of rows are summed at the end.
+pub struct Widen;
+
+/// The 4 activation bytes of column k as i16, twice: [x0..x4, x0..x4].
+#[inline(always)]
+fn broadcast_columns_i16(x: &BlockQ8Act) -> [v128; 8] {
+    let [a, b] = load_i8x32(&x.qs);
+    let wide = [
+        i16x8_extend_low_i8x16(a),
+        i16x8_extend_high_i8x16(a),
+        i16x8_extend_low_i8x16(b),
+        i16x8_extend_high_i8x16(b),
+    ];
+    std::array::from_fn(|k| {
+        let w = wide[k / 2];
+        if k % 2 == 0 {
+            i16x8_shuffle::<0, 1, 2, 3, 0, 1, 2, 3>(w, w)
+        } else {
+            i16x8_shuffle::<4, 5, 6, 7, 4, 5, 6, 7>(w, w)
+        }
+    })
+}
+
+/// Σ over columns of (rows 0..4 or 4..8 as i8x16) · (column's activations as i16x8 pairs):
+/// returns the 4 rows' dots. `w[c]` are the rows' 4 bytes of column c, `x[c]` its activations.
+#[inline(always)]
+fn dot_widened<const C: usize>(w: &[v128; C], x: &[v128; C]) -> v128 {
+    let mut rows01 = i32x4_splat(0);
+    let mut rows23 = i32x4_splat(0);
+    for c in 0..C {
+        rows01 = i32x4_add(rows01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(w[c]), x[c]));
+        rows23 = i32x4_add(rows23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(w[c]), x[c]));
+    }
+    // Lanes (2r, 2r+1) hold row r's two halves.
+    i32x4_add(
+        i32x4_shuffle::<0, 2, 4, 6>(rows01, rows23),
+        i32x4_shuffle::<1, 3, 5, 7>(rows01, rows23),
+    )
+}
+
+/// 4-bit weights for [`Widen`]: per half, the 4 low-nibble columns then the 4 high-nibble ones
+/// (elements 0..16 then 16..32, matching [`broadcast_columns_i16`]'s 8 columns).
+#[inline(always)]
+fn nibble_weights(qs: &[u8; ROWS * QK / 2]) -> [[v128; 8]; 2] {
+    let (lo, hi) = unpack_nibble_columns(qs);
+    std::array::from_fn(|h| std::array::from_fn(|k| if k < 4 { lo[h][k] } else { hi[h][k - 4] }))
+}
+
+macro_rules! widen_nibbles {
+    ($tile:ty, $offset:literal) => {
+        impl IntDot<$tile> for Widen {
+            type Weights = [[v128; 8]; 2];
+            type Activations = [v128; 8];
+            const OFFSET: i32 = $offset;
+            #[inline(always)]
+            fn weights(tile: &$tile) -> [[v128; 8]; 2] {
+                nibble_weights(&tile.qs)
+            }
+            #[inline(always)]
+            fn activations(block: &BlockQ8Act) -> [v128; 8] {
+                broadcast_columns_i16(block)
+            }
+            #[inline(always)]
+            fn dot(w: &[[v128; 8]; 2], x: &[v128; 8]) -> [v128; 2] {
+                [dot_widened(&w[0], x), dot_widened(&w[1], x)]
+            }
+        }
+    };
+}
+
+// Q4_0: Σ (q - 8) x = Σ q x - 8 Σ x, with Σ x the activation block's `sum` (rule 3).
+widen_nibbles!(TileQ4_0, 8);
+widen_nibbles!(TileQ4_1, 0);
+
+impl IntDot<TileQ8_0> for Widen {
+    type Weights = [[v128; 8]; 2];
+    type Activations = [v128; 8];
+    const OFFSET: i32 = 0;
+    #[inline(always)]
+    fn weights(tile: &TileQ8_0) -> [[v128; 8]; 2] {
+        let qs: &[u8; ROWS * QK] = tile_bytes(&tile.qs);
+        std::array::from_fn(|h| std::array::from_fn(|c| load_quants(qs, 32 * c + 16 * h)))
+    }
+    #[inline(always)]
+    fn activations(block: &BlockQ8Act) -> [v128; 8] {
+        broadcast_columns_i16(block)
+    }
+    #[inline(always)]
+    fn dot(w: &[[v128; 8]; 2], x: &[v128; 8]) -> [v128; 2] {
+        [dot_widened(&w[0], x), dot_widened(&w[1], x)]
+    }
+}
+
+/// Q8_0's signed quants as bytes (the loads only move them into a v128).
+#[inline(always)]
+fn tile_bytes(qs: &[i8; ROWS * QK]) -> &[u8; ROWS * QK] {
+    // SAFETY: i8 and u8 have the same size, alignment and validity.
+    unsafe { &*(qs as *const [i8; ROWS * QK]).cast::<[u8; ROWS * QK]>() }
+}
+
+/// One pass: the 8 rows of `tiles` (a row group's nb tiles) by T tokens (`x[t]` is token t's
+/// blocks). Lane r of half h of result t is reference's rule-4 dot of row 4h + r with token t.
+#[inline(always)]
+fn tile<D: IntDot<W>, W: WeightTile, const T: usize>(
+    tiles: &[W],
+    x: &[&[BlockQ8Act]; T],
+) -> [[v128; 2]; T] {
+    let zero = f32x4_splat(0.0);
+    let mut acc = [[zero; 2]; T];
+    for (b, tile) in tiles.iter().enumerate() {
+        let (d, m) = tile.scales();
+        let w = D::weights(tile);
+        for t in 0..T {
+            let xb = &x[t][b];
+            let mut isum = D::dot(&w, &D::activations(xb));
+            if D::OFFSET != 0 {
+                let offset = i32x4_splat(D::OFFSET * xb.sum);
+                isum = isum.map(|s| i32x4_sub(s, offset));
+            }
+            let dx = f32x4_splat(xb.d);
+            let sum_x = f32x4_splat(xb.sum as f32);
+            for h in 0..2 {
+                let mut term = f32x4_mul(f32x4_convert_i32x4(isum[h]), f32x4_mul(d[h], dx));
+                if W::HAS_MIN {
+                    term = f32x4_add(term, f32x4_mul(sum_x, f32x4_mul(m[h], dx)));
+                }
+                acc[t][h] = f32x4_add(acc[t][h], term);
+            }
+        }
+    }
+    acc
+}
+
+/// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
+/// are a tiled matrix of `rows` rows of `nb` blocks. Otherwise identical to reference::matmul.
+/// Row groups only partly inside the range compute all 8 lanes and keep the ones asked for.
+#[inline(always)]
+pub fn matmul_q<D: IntDot<W>, W: WeightTile>(
+    tiles: &[W],
+    rows: usize,
+    nb: usize,
+    first_row: usize,
+    x: &[BlockQ8Act],
+    out: &mut [&mut [f32]],
+) {
+    let n_tokens = out.len();
+    let n_rows = out.first().map_or(0, |o| o.len());
+    assert!(
+        out.iter().all(|o| o.len() == n_rows),
+        "matmul: token outputs differ in length"
+    );
+    assert!(
+        first_row + n_rows <= rows
+            && rows.div_ceil(ROWS) * nb <= tiles.len()
+            && n_tokens * nb <= x.len(),
+        "matmul: rows or tokens out of range"
+    );
+    if n_rows == 0 {
+        return;
+    }
+    let end_row = first_row + n_rows;
+    for g in first_row / ROWS..end_row.div_ceil(ROWS) {
+        let lane_lo = first_row.max(g * ROWS) - g * ROWS;
+        let lane_hi = end_row.min((g + 1) * ROWS) - g * ROWS;
+        let at = g * ROWS + lane_lo - first_row;
+        let group = &tiles[g * nb..(g + 1) * nb];
+        let mut t0 = 0;
+        while t0 < n_tokens {
+            let tt = (n_tokens - t0).min(TOKENS);
+            let mut lanes = [[0.0f32; ROWS]; TOKENS];
+            macro_rules! run {
+                ($t:literal) => {{
+                    let xs: [&[BlockQ8Act]; $t] =
+                        std::array::from_fn(|j| &x[(t0 + j) * nb..(t0 + j + 1) * nb]);
+                    let acc = tile::<D, W, $t>(group, &xs);
+                    for (lane, a) in lanes.iter_mut().zip(acc) {
+                        store_f32x4(lane, 0, a[0]);
+                        store_f32x4(lane, 4, a[1]);
+                    }
+                }};
+            }
+            match tt {
+                4 => run!(4),
+                3 => run!(3),
+                2 => run!(2),
+                _ => run!(1),
+            }
+            for (j, lane) in lanes.iter().take(tt).enumerate() {
+                out[t0 + j][at..at + lane_hi - lane_lo].copy_from_slice(&lane[lane_lo..lane_hi]);
+            }
+            t0 += tt;
+        }
+    }
+}
+
+/// The quantized dot of one row (the table's dot_*_q8 entries): the row is tiled (lanes 1..8
+/// padding) and run through the matmul tile. Not on the forward path. Otherwise identical to
+/// reference::dot_*_q8.
+pub fn dot_q<D: IntDot<W>, W: WeightTile>(w: &[W::Block], x: &[BlockQ8Act]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q*_q8: block counts differ");
+    let tiles = tile_rows::<W>(1, w.len(), |_| w);
+    let mut o = [0.0f32];
+    matmul_q::<D, W>(&tiles, 1, w.len(), 0, x, &mut [&mut o[..]]);
+    o[0]
+}
+
+/// `out[t][i] = dot(w row first_row + i, x token t)` for float weights (rule 2). Otherwise
+/// identical to reference::matmul.
+#[inline(always)]
+fn matmul_f<L: Lanes>(
+    w: &[L::Elem],
+    cols: usize,
+    first_row: usize,
+    x: &[f32],
+    out: &mut [&mut [f32]],
+) {
+    for (t, out_t) in out.iter_mut().enumerate() {
+        let xt = &x[t * cols..(t + 1) * cols];
+        for (i, o) in out_t.iter_mut().enumerate() {
+            let r = first_row + i;
+            *o = dot_rule2::<L>(&w[r * cols..(r + 1) * cols], xt);
+        }
+    }
+}
+
+/// Otherwise identical to reference::matmul; D takes the integer dots of the quantized tiles.
+#[inline(always)]
+pub fn matmul<D>(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]])
+where
+    D: IntDot<TileQ4_0> + IntDot<TileQ4_1> + IntDot<TileQ8_0>,
+{
+    let (rows, cols, nb) = (w.rows, w.cols, w.cols / QK);
+    match (&w.data, x) {
+        (MatrixData::Q4_0(d), Input::Q8(x)) => {
+            matmul_q::<D, TileQ4_0>(d, rows, nb, first_row, x, out)
+        }
+        (MatrixData::Q4_1(d), Input::Q8(x)) => {
+            matmul_q::<D, TileQ4_1>(d, rows, nb, first_row, x, out)
+        }
+        (MatrixData::Q8_0(d), Input::Q8(x)) => {
+            matmul_q::<D, TileQ8_0>(d, rows, nb, first_row, x, out)
+        }
+        (MatrixData::F32(d), Input::F32(x)) => matmul_f::<F32Lanes>(d, cols, first_row, x, out),
+        (MatrixData::F16(d), Input::F32(x)) => matmul_f::<F16Lanes>(d, cols, first_row, x, out),
+        (MatrixData::BF16(d), Input::F32(x)) => matmul_f::<BF16Lanes>(d, cols, first_row, x, out),
+        _ => panic!("matmul: weight type and activation type do not match"),
+    }
+}

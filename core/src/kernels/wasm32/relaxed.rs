@@ -1,0 +1,121 @@
+//! The relaxed-simd backend: the simd128 backend with the integer dot of 4-bit weights taken by
+//! `i32x4.relaxed_dot_i8x16_i7x16_add_s`, the activations as the signed operand and the
+//! unpacked nibbles (0..=15) as the 7-bit one. Its result is implementation-defined only when
+//! that operand exceeds 127, so here it is the exact dot on every engine. Q4_0's `q - 8` is
+//! taken as `dot(q, x) - 8 * sum_x` (rule 3's block sum). Q8_0 weights are signed (-127..=127),
+//! so they keep simd128's widening dot. Optimized twins of reference.rs, bit-identical.
+
+use core::arch::wasm32::*;
+
+use super::common::{self, unpack_nibble_columns, IntDot, Widen};
+use crate::kernels::{Input, Kernels, Matrix};
+use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ8_0};
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0};
+
+pub static KERNELS: Kernels = Kernels {
+    name: "relaxed",
+    dot_f32: common::dot_f32,
+    quantize_q8: common::quantize_q8,
+    dot_q4_0_q8,
+    dot_q4_1_q8,
+    dot_q8_0_q8,
+    matmul,
+    rmsnorm: common::rmsnorm,
+    silu_mul: common::silu_mul,
+    rope: common::rope,
+    attention: common::attention,
+};
+
+/// The 4 activation bytes `x[4k..4k+4]` in every i32 lane, for the 8 (or 4) columns of a block.
+#[inline(always)]
+fn broadcast_columns(x: &BlockQ8Act) -> [v128; 8] {
+    std::array::from_fn(|k| {
+        let b = &x.qs[4 * k..4 * k + 4];
+        u32x4_splat(u32::from_le_bytes([
+            b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8,
+        ]))
+    })
+}
+
+/// `relaxed_dot_i8x16_i7x16_add` with the weights' nibbles (0..=15) as the 7-bit operand.
+pub struct RelaxedDot;
+
+/// Lane r of half h: Σ over the block of x_i * u_i for row 4h + r, u in 0..=15, exact. Each
+/// `relaxed_dot` takes one column: 4 bytes of each of 4 rows against the same 4 activations.
+#[inline(always)]
+fn dot_nibbles(u: &([[v128; 4]; 2], [[v128; 4]; 2]), x: &[v128; 8]) -> [v128; 2] {
+    let (lo, hi) = u;
+    std::array::from_fn(|h| {
+        let mut acc = i32x4_splat(0);
+        for c in 0..4 {
+            acc = i32x4_relaxed_dot_i8x16_i7x16_add(x[c], lo[h][c], acc);
+            acc = i32x4_relaxed_dot_i8x16_i7x16_add(x[4 + c], hi[h][c], acc);
+        }
+        acc
+    })
+}
+
+macro_rules! relaxed_nibbles {
+    ($tile:ty, $offset:literal) => {
+        impl IntDot<$tile> for RelaxedDot {
+            type Weights = ([[v128; 4]; 2], [[v128; 4]; 2]);
+            type Activations = [v128; 8];
+            const OFFSET: i32 = $offset;
+            #[inline(always)]
+            fn weights(tile: &$tile) -> Self::Weights {
+                unpack_nibble_columns(&tile.qs)
+            }
+            #[inline(always)]
+            fn activations(block: &BlockQ8Act) -> [v128; 8] {
+                broadcast_columns(block)
+            }
+            #[inline(always)]
+            fn dot(w: &Self::Weights, x: &[v128; 8]) -> [v128; 2] {
+                dot_nibbles(w, x)
+            }
+        }
+    };
+}
+
+// Q4_0: Σ (q - 8) x = Σ q x - 8 Σ x, with Σ x the activation block's `sum` (rule 3).
+relaxed_nibbles!(TileQ4_0, 8);
+relaxed_nibbles!(TileQ4_1, 0);
+
+/// Q8_0 weights span -127..=127, outside the 7-bit operand's range: simd128's widening dot.
+impl IntDot<TileQ8_0> for RelaxedDot {
+    type Weights = <Widen as IntDot<TileQ8_0>>::Weights;
+    type Activations = <Widen as IntDot<TileQ8_0>>::Activations;
+    const OFFSET: i32 = 0;
+    #[inline(always)]
+    fn weights(tile: &TileQ8_0) -> Self::Weights {
+        <Widen as IntDot<TileQ8_0>>::weights(tile)
+    }
+    #[inline(always)]
+    fn activations(block: &BlockQ8Act) -> Self::Activations {
+        <Widen as IntDot<TileQ8_0>>::activations(block)
+    }
+    #[inline(always)]
+    fn dot(w: &Self::Weights, x: &Self::Activations) -> [v128; 2] {
+        <Widen as IntDot<TileQ8_0>>::dot(w, x)
+    }
+}
+
+/// Otherwise identical to reference::dot_q4_0_q8.
+pub fn dot_q4_0_q8(w: &[BlockQ4_0], x: &[BlockQ8Act]) -> f32 {
+    common::dot_q::<RelaxedDot, TileQ4_0>(w, x)
+}
+
+/// Otherwise identical to reference::dot_q4_1_q8.
+pub fn dot_q4_1_q8(w: &[BlockQ4_1], x: &[BlockQ8Act]) -> f32 {
+    common::dot_q::<RelaxedDot, TileQ4_1>(w, x)
+}
+
+/// Otherwise identical to reference::dot_q8_0_q8.
+pub fn dot_q8_0_q8(w: &[BlockQ8_0], x: &[BlockQ8Act]) -> f32 {
+    common::dot_q::<RelaxedDot, TileQ8_0>(w, x)
+}
+
+/// Otherwise identical to reference::matmul.
+pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
+    common::matmul::<RelaxedDot>(w, first_row, x, out)
+}

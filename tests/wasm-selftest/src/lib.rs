@@ -1,0 +1,129 @@
+//! A plain `wasm32-unknown-unknown` module (no wasm-bindgen) that runs the wasm kernels'
+//! bitwise self test ([`inferno_core::kernels::wasm32::selftest`]) and a matmul benchmark, for
+//! run.mjs under Node.js. Built three times by `make wasm-selftest`: scalar (reference only),
+//! simd128, and simd128 + relaxed-simd. The exports take and return numbers only; a message
+//! (the first mismatch, or the backends checked) is read from memory at
+//! `inferno_message_ptr()`, `inferno_message_len()` bytes of UTF-8.
+//!
+//! Natively the crate is only a library of the same functions, so the workspace builds.
+
+use std::sync::Mutex;
+
+use inferno_core::kernels::{Input, Kernels, Matrix};
+use inferno_core::quant::{BlockQ4_1, BlockQ8Act, QK};
+
+static MESSAGE: Mutex<String> = Mutex::new(String::new());
+
+fn set_message(text: String) {
+    *MESSAGE.lock().unwrap_or_else(|e| e.into_inner()) = text;
+}
+
+/// Where the last message starts in linear memory (valid until the next export call).
+#[no_mangle]
+pub extern "C" fn inferno_message_ptr() -> *const u8 {
+    MESSAGE.lock().unwrap_or_else(|e| e.into_inner()).as_ptr()
+}
+
+/// The last message's length in bytes.
+#[no_mangle]
+pub extern "C" fn inferno_message_len() -> usize {
+    MESSAGE.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// The backends of this build, comma-separated, as the message; returns their count.
+#[no_mangle]
+pub extern "C" fn inferno_backends() -> u32 {
+    let names: Vec<_> = Kernels::available().iter().map(|k| k.name).collect();
+    set_message(names.join(","));
+    names.len() as u32
+}
+
+/// 0 when every wasm backend of this build equals the reference bitwise on every case (the
+/// message lists the backends), 1 with the first mismatch as the message.
+#[no_mangle]
+pub extern "C" fn inferno_self_test(seed: u64) -> i32 {
+    match self_test(seed) {
+        Ok(()) => {
+            inferno_backends();
+            0
+        }
+        Err(e) => {
+            set_message(e);
+            1
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn self_test(seed: u64) -> Result<(), String> {
+    inferno_core::kernels::wasm32::selftest::self_test(seed)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn self_test(_seed: u64) -> Result<(), String> {
+    Err("the self test runs inside the wasm build (make wasm-selftest)".into())
+}
+
+/// The benchmark's data: a SmolLM2-135M-sized FFN matrix (1536 x 576, Q4_1) and `tokens`
+/// quantized activations.
+struct Bench {
+    w: Matrix,
+    x: Vec<BlockQ8Act>,
+    out: Vec<f32>,
+    tokens: usize,
+}
+
+static BENCH: Mutex<Option<Bench>> = Mutex::new(None);
+
+/// Rows and columns of the benchmark matrix.
+pub const BENCH_ROWS: usize = 1536;
+pub const BENCH_COLS: usize = 576;
+
+/// Prepares the benchmark for `tokens` tokens (deterministic pseudo-random data).
+#[no_mangle]
+pub extern "C" fn inferno_bench_setup(tokens: u32) {
+    let tokens = tokens.max(1) as usize;
+    let mut state = 0x1234_5678_u32;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    };
+    let nb = BENCH_COLS / QK;
+    let blocks: Vec<BlockQ4_1> = (0..BENCH_ROWS * nb)
+        .map(|_| BlockQ4_1 {
+            d: 0x2000 | (next() & 0x3ff) as u16,
+            m: 0xa000 | (next() & 0x3ff) as u16,
+            qs: std::array::from_fn(|_| next() as u8),
+        })
+        .collect();
+    let w = Matrix::from_q4_1(BENCH_ROWS, BENCH_COLS, &blocks);
+    let xf: Vec<f32> = (0..tokens * BENCH_COLS)
+        .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    let mut x = vec![BlockQ8Act::default(); tokens * nb];
+    inferno_core::kernels::reference::quantize_q8(&xf, &mut x);
+    let out = vec![0.0; tokens * BENCH_ROWS];
+    *BENCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bench { w, x, out, tokens });
+}
+
+/// Runs the benchmark matmul `iterations` times with backend `backend` (an index into
+/// `Kernels::available()`); returns a checksum of the output, so nothing is optimized away.
+#[no_mangle]
+pub extern "C" fn inferno_bench_run(backend: u32, iterations: u32) -> f32 {
+    let mut guard = BENCH.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(bench) = guard.as_mut() else {
+        return f32::NAN;
+    };
+    let all = Kernels::available();
+    let Some(kernels) = all.get(backend as usize) else {
+        return f32::NAN;
+    };
+    let Bench { w, x, out, tokens } = bench;
+    for _ in 0..iterations {
+        let mut outs: Vec<&mut [f32]> = out.chunks_mut(BENCH_ROWS).take(*tokens).collect();
+        (kernels.matmul)(w, 0, &Input::Q8(x), &mut outs);
+    }
+    out.iter().sum()
+}
