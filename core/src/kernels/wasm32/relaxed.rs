@@ -1,5 +1,5 @@
 //! The relaxed-simd backend: the simd128 backend with the integer dot of 4-bit weights taken by
-//! `i32x4.relaxed_dot_i8x16_i7x16_add_s`, the activations as the signed operand and the
+//! `i16x8.relaxed_dot_i8x16_i7x16_s`, the activations as the signed operand and the
 //! unpacked nibbles (0..=15) as the 7-bit one. Its result is implementation-defined only when
 //! that operand exceeds 127, so here it is the exact dot on every engine. Q4_0's `q - 8` is
 //! taken as `dot(q, x) - 8 * sum_x` (rule 3's block sum). Q8_0 weights are signed (-127..=127),
@@ -37,21 +37,25 @@ fn broadcast_columns(x: &BlockQ8Act) -> [v128; 8] {
     })
 }
 
-/// `relaxed_dot_i8x16_i7x16_add` with the weights' nibbles (0..=15) as the 7-bit operand.
+/// `relaxed_dot_i8x16_i7x16` with the weights' nibbles (0..=15) as the 7-bit operand.
 pub struct RelaxedDot;
 
 /// Lane r of half h: Σ over the block of x_i * u_i for row 4h + r, u in 0..=15, exact. Each
-/// `relaxed_dot` takes one column: 4 bytes of each of 4 rows against the same 4 activations.
+/// `relaxed_dot` takes one column: 4 bytes of each of 4 rows against the same 4 activations,
+/// into i16 pair sums; the 8 columns' pair sums are added as i16 (|sum| <= 8 * 2 * 128 * 15 =
+/// 30720, no overflow), then each row's two lanes widened and added.
 #[inline(always)]
 fn dot_nibbles(u: &([[v128; 4]; 2], [[v128; 4]; 2]), x: &[v128; 8]) -> [v128; 2] {
     let (lo, hi) = u;
     std::array::from_fn(|h| {
-        let mut acc = i32x4_splat(0);
-        for c in 0..4 {
-            acc = i32x4_relaxed_dot_i8x16_i7x16_add(x[c], lo[h][c], acc);
-            acc = i32x4_relaxed_dot_i8x16_i7x16_add(x[4 + c], hi[h][c], acc);
+        let mut pairs = i16x8_relaxed_dot_i8x16_i7x16(x[0], lo[h][0]);
+        for c in 1..4 {
+            pairs = i16x8_add(pairs, i16x8_relaxed_dot_i8x16_i7x16(x[c], lo[h][c]));
         }
-        acc
+        for c in 0..4 {
+            pairs = i16x8_add(pairs, i16x8_relaxed_dot_i8x16_i7x16(x[4 + c], hi[h][c]));
+        }
+        i32x4_extadd_pairwise_i16x8(pairs)
     })
 }
 
