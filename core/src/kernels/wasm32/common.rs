@@ -280,7 +280,7 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
     let half = head_dim / 2;
     assert!(
-        x.len() % head_dim == 0 && cos.len() == half && sin.len() == half,
+        x.len().is_multiple_of(head_dim) && cos.len() == half && sin.len() == half,
         "rope: bad shapes"
     );
     let h4 = half / 4 * 4;
@@ -403,7 +403,7 @@ fn attention_n<L: Lanes, const N: usize>(
         }
         let m_new = if block_max > m { block_max } else { m };
         let c = math::exp(m - m_new);
-        l = l * c;
+        l *= c;
         let cv = f32x4_splat(c);
         for oj in o.iter_mut() {
             *oj = [f32x4_mul(oj[0], cv), f32x4_mul(oj[1], cv)];
@@ -414,7 +414,7 @@ fn attention_n<L: Lanes, const N: usize>(
         }
         for t in start..end {
             let pt = p[t - start];
-            l = l + pt;
+            l += pt;
             let pv = [f32x4_splat(pt); 2];
             let v = &values[t * stride + offset..t * stride + offset + 8 * N];
             for (j, oj) in o.iter_mut().enumerate() {
@@ -839,3 +839,50 @@ where
         _ => panic!("matmul: weight type and activation type do not match"),
     }
 }
+
+/// Defines a backend's `KERNELS` table: the shared twins above, with the quantized entries
+/// taking their integer dots from `$dot` (an [`IntDot`] for every tile type).
+macro_rules! backend {
+    ($name:literal, int_dot: $dot:ty) => {
+        use crate::kernels::wasm32::common;
+        use crate::kernels::{Input, Kernels, Matrix};
+        use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ8_0};
+        use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+
+        pub static KERNELS: Kernels = Kernels {
+            name: $name,
+            dot_f32: common::dot_f32,
+            quantize_q8: common::quantize_q8,
+            dot_q4_0_q8,
+            dot_q4_1_q8,
+            dot_q8_0_q8,
+            matmul,
+            rmsnorm: common::rmsnorm,
+            silu_mul: common::silu_mul,
+            rope: common::rope,
+            attention: common::attention,
+        };
+
+        /// Otherwise identical to reference::dot_q4_0_q8.
+        pub fn dot_q4_0_q8(w: &[BlockQ4_0], x: &[crate::quant::BlockQ8Act]) -> f32 {
+            common::dot_q::<$dot, TileQ4_0>(w, x)
+        }
+
+        /// Otherwise identical to reference::dot_q4_1_q8.
+        pub fn dot_q4_1_q8(w: &[BlockQ4_1], x: &[crate::quant::BlockQ8Act]) -> f32 {
+            common::dot_q::<$dot, TileQ4_1>(w, x)
+        }
+
+        /// Otherwise identical to reference::dot_q8_0_q8.
+        pub fn dot_q8_0_q8(w: &[BlockQ8_0], x: &[crate::quant::BlockQ8Act]) -> f32 {
+            common::dot_q::<$dot, TileQ8_0>(w, x)
+        }
+
+        /// Otherwise identical to reference::matmul.
+        pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
+            common::matmul::<$dot>(w, first_row, x, out)
+        }
+    };
+}
+
+pub(super) use backend;

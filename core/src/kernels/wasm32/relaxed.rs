@@ -7,24 +7,10 @@
 
 use core::arch::wasm32::*;
 
-use super::common::{self, unpack_nibble_columns, IntDot, Widen};
-use crate::kernels::{Input, Kernels, Matrix};
-use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ8_0};
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0};
+use super::common::{unpack_nibble_columns, IntDot, Widen};
+use crate::quant::BlockQ8Act;
 
-pub static KERNELS: Kernels = Kernels {
-    name: "relaxed",
-    dot_f32: common::dot_f32,
-    quantize_q8: common::quantize_q8,
-    dot_q4_0_q8,
-    dot_q4_1_q8,
-    dot_q8_0_q8,
-    matmul,
-    rmsnorm: common::rmsnorm,
-    silu_mul: common::silu_mul,
-    rope: common::rope,
-    attention: common::attention,
-};
+super::common::backend!("relaxed", int_dot: RelaxedDot);
 
 /// The 4 activation bytes `x[4k..4k+4]` in every i32 lane, for the 8 (or 4) columns of a block.
 #[inline(always)]
@@ -102,24 +88,4 @@ impl IntDot<TileQ8_0> for RelaxedDot {
     fn dot(w: &Self::Weights, x: &Self::Activations) -> [v128; 2] {
         <Widen as IntDot<TileQ8_0>>::dot(w, x)
     }
-}
-
-/// Otherwise identical to reference::dot_q4_0_q8.
-pub fn dot_q4_0_q8(w: &[BlockQ4_0], x: &[BlockQ8Act]) -> f32 {
-    common::dot_q::<RelaxedDot, TileQ4_0>(w, x)
-}
-
-/// Otherwise identical to reference::dot_q4_1_q8.
-pub fn dot_q4_1_q8(w: &[BlockQ4_1], x: &[BlockQ8Act]) -> f32 {
-    common::dot_q::<RelaxedDot, TileQ4_1>(w, x)
-}
-
-/// Otherwise identical to reference::dot_q8_0_q8.
-pub fn dot_q8_0_q8(w: &[BlockQ8_0], x: &[BlockQ8Act]) -> f32 {
-    common::dot_q::<RelaxedDot, TileQ8_0>(w, x)
-}
-
-/// Otherwise identical to reference::matmul.
-pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
-    common::matmul::<RelaxedDot>(w, first_row, x, out)
 }
