@@ -546,14 +546,25 @@ impl WeightTile for TileQ8_0 {
     #[inline(always)]
     unsafe fn unpack(&self) -> [__m256i; 8] {
         // SAFETY: 256 readable bytes; avx2 is enabled in the caller.
-        unsafe { std::array::from_fn(|c| _mm256_loadu_si256(self.qs.as_ptr().add(32 * c).cast())) }
+        // (Loops, not `from_fn` / `map`: closures lack the target features, so intrinsics in
+        // them would be called out of line.)
+        unsafe {
+            let mut out = [_mm256_setzero_si256(); 8];
+            for (c, o) in out.iter_mut().enumerate() {
+                *o = _mm256_loadu_si256(self.qs.as_ptr().add(32 * c).cast());
+            }
+            out
+        }
     }
     #[inline(always)]
     unsafe fn unpack_unsigned(&self) -> [__m256i; 8] {
         // SAFETY: as unpack.
         unsafe {
-            self.unpack()
-                .map(|v| _mm256_xor_si256(v, _mm256_set1_epi8(-128)))
+            let mut out = self.unpack();
+            for o in out.iter_mut() {
+                *o = _mm256_xor_si256(*o, _mm256_set1_epi8(-128));
+            }
+            out
         }
     }
     /// The sign trick: |w| * (x with w's sign). |w| <= 128 and |x| <= 127 keep pair sums in i16.
@@ -568,6 +579,9 @@ impl WeightTile for TileQ8_0 {
         unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
     }
 }
+
+/// How far ahead of the tile being read the matmul prefetches (prefetches never fault).
+const PREFETCH_BYTES: usize = 4096;
 
 /// One pass: the 8 rows of `tiles` (nb tiles, one row group) by T tokens (`x[t]` points at
 /// token t's first block). Lane r of result t is reference::dot_*_q8(row r, token t).
@@ -587,6 +601,12 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
             W::UNSIGNED_OFFSET
         };
         for b in 0..nb {
+            // The tiles are one sequential stream; fetching well ahead keeps several lines in
+            // flight when they come from DRAM or a busy L3.
+            let ahead = tiles.add(b).cast::<u8>().wrapping_add(PREFETCH_BYTES);
+            for line in (0..std::mem::size_of::<W>()).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+            }
             let t = &*tiles.add(b);
             let (d, m) = t.scales();
             let w = if D::SATURATES {
