@@ -23,6 +23,26 @@ pub trait IntDot: Sized {
     /// # Safety
     /// The backend's target features must be enabled in the caller.
     unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+
+    /// Whether [`IntDot::tile_pair`] runs two row groups (16 rows) per pass.
+    const PAIRS: bool = false;
+
+    /// One pass over two consecutive row groups (`tiles` and `tiles + nb`): lanes[t][r] is
+    /// row r of the pair for token t, each lane the reference's sequence.
+    ///
+    /// # Safety
+    /// `2 * nb` readable tiles from `tiles`, nb blocks behind each token pointer; the backend's
+    /// target features enabled in the caller. Only called when PAIRS is true.
+    #[inline(always)]
+    unsafe fn tile_pair<W: WeightTile, const T: usize>(
+        tiles: *const W,
+        x: &[*const BlockQ8Act; T],
+        nb: usize,
+        lanes: &mut [[f32; 2 * ROWS]; 8],
+    ) {
+        let _ = (tiles, x, nb, lanes);
+        unreachable!("tile_pair without PAIRS");
+    }
 }
 
 /// Element types a rule-2 dot can read 8 at a time as f32, exactly.
@@ -581,7 +601,7 @@ impl WeightTile for TileQ8_0 {
 }
 
 /// How far ahead of the tile being read the matmul prefetches (prefetches never fault).
-const PREFETCH_BYTES: usize = 4096;
+pub const PREFETCH_BYTES: usize = 4096;
 
 /// One pass: the 8 rows of `tiles` (nb tiles, one row group) by T tokens (`x[t]` points at
 /// token t's first block). Lane r of result t is reference::dot_*_q8(row r, token t).
@@ -675,22 +695,30 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
     // SAFETY: the asserts above bound every tile and block read; features are enabled in the
     // caller.
     unsafe {
-        for g in first_row / ROWS..end_row.div_ceil(ROWS) {
+        let g_end = end_row.div_ceil(ROWS);
+        let mut g = first_row / ROWS;
+        while g < g_end {
+            // 16 rows (two groups) per pass when the backend has 512-bit registers.
+            let groups = if D::PAIRS && g + 1 < g_end { 2 } else { 1 };
             let lane_lo = first_row.max(g * ROWS) - g * ROWS;
-            let lane_hi = end_row.min((g + 1) * ROWS) - g * ROWS;
+            let lane_hi = end_row.min((g + groups) * ROWS) - g * ROWS;
             let at = g * ROWS + lane_lo - first_row;
             let group = tiles.as_ptr().add(g * nb);
             let mut t0 = 0;
             while t0 < n_tokens {
                 let tt = (n_tokens - t0).min(D::TOKENS);
-                let mut lanes = [[0.0f32; ROWS]; 8];
+                let mut lanes = [[0.0f32; 2 * ROWS]; 8];
                 macro_rules! run {
                     ($t:literal) => {{
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
-                        let acc = tile::<D, W, $t>(group, &xs, nb);
-                        for (lane, a) in lanes.iter_mut().zip(acc) {
-                            _mm256_storeu_ps(lane.as_mut_ptr(), a);
+                        if groups == 2 {
+                            D::tile_pair::<W, $t>(group, &xs, nb, &mut lanes);
+                        } else {
+                            let acc = tile::<D, W, $t>(group, &xs, nb);
+                            for (lane, a) in lanes.iter_mut().zip(acc) {
+                                _mm256_storeu_ps(lane.as_mut_ptr(), a);
+                            }
                         }
                     }};
                 }
@@ -710,6 +738,7 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                 }
                 t0 += tt;
             }
+            g += groups;
         }
     }
 }
