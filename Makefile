@@ -53,12 +53,12 @@ test-wasm: wasm model build
 bench-wasm: wasm model build
 	node tests/wasm/bench.mjs --model "$(MODEL)"
 
-# The wasm kernels' bitwise self test, built three ways (scalar, simd128, + relaxed-simd), each
-# in its own target dir so the flags never thrash the main build's cache. Run by
+# The wasm kernels' bitwise self test, built three ways (reference, simd128, + relaxed-simd),
+# in the target dirs of scripts/build-wasm.sh (one per RUSTFLAGS: no cache thrash). Run by
 # tests/tests/wasm_kernels.rs under Node (part of test-rust).
 WASM_SELFTEST := $(CARGO) build --release -p inferno-wasm-selftest --target wasm32-unknown-unknown
 wasm-selftest: setup
-	RUSTFLAGS="" $(WASM_SELFTEST) --target-dir target/wasm-scalar
+	RUSTFLAGS="" $(WASM_SELFTEST) --target-dir target/wasm-reference
 	RUSTFLAGS="-C target-feature=+simd128" $(WASM_SELFTEST) --target-dir target/wasm-simd128
 	RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" $(WASM_SELFTEST) --target-dir target/wasm-relaxed
 

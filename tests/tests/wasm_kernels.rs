@@ -1,5 +1,5 @@
 //! The wasm kernels (simd128, relaxed-simd) against the reference, bitwise, in Node.js: each
-//! of the three builds of tests/wasm-selftest (scalar, simd128, simd128 + relaxed-simd) runs
+//! of the three builds of tests/wasm-selftest (reference, simd128, simd128 + relaxed-simd) runs
 //! its in-module self test (core/src/kernels/wasm32/selftest.rs) under run.mjs. The modules are
 //! built by `make wasm-selftest` (a prerequisite of `make test`); a missing one fails the test.
 
@@ -41,8 +41,8 @@ fn run_selftest(variant: &str, node_flags: &[&str], backends: &str) {
 }
 
 #[test]
-fn wasm_scalar_build_has_only_the_reference() {
-    run_selftest("scalar", &[], "reference");
+fn wasm_reference_build_has_only_the_reference() {
+    run_selftest("reference", &[], "reference");
 }
 
 #[test]

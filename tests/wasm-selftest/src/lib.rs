@@ -1,6 +1,6 @@
 //! A plain `wasm32-unknown-unknown` module (no wasm-bindgen) that runs the wasm kernels'
 //! bitwise self test ([`inferno_core::kernels::wasm32::selftest`]) and a matmul benchmark, for
-//! run.mjs under Node.js. Built three times by `make wasm-selftest`: scalar (reference only),
+//! run.mjs under Node.js. Built three times by `make wasm-selftest`: reference (scalar only),
 //! simd128, and simd128 + relaxed-simd. The exports take and return numbers only; a message
 //! (the first mismatch, or the backends checked) is read from memory at
 //! `inferno_message_ptr()`, `inferno_message_len()` bytes of UTF-8.

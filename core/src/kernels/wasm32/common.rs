@@ -691,6 +691,30 @@ fn tile_bytes(qs: &[i8; ROWS * QK]) -> &[u8; ROWS * QK] {
     unsafe { &*(qs as *const [i8; ROWS * QK]).cast::<[u8; ROWS * QK]>() }
 }
 
+/// Rule 4's step for one tile and one token, lanes = the 8 rows: the offset term, then
+/// `acc + isum * (d * dx)` (Q4_1: `acc + (isum * (d * dx) + sum_x * (m * dx))`).
+#[inline(always)]
+fn accumulate<D: IntDot<W>, W: WeightTile>(
+    acc: [v128; 2],
+    mut isum: [v128; 2],
+    (d, m): ([v128; 2], [v128; 2]),
+    xb: &BlockQ8Act,
+) -> [v128; 2] {
+    if D::OFFSET != 0 {
+        let offset = i32x4_splat(D::OFFSET * xb.sum);
+        isum = isum.map(|s| i32x4_sub(s, offset));
+    }
+    let dx = f32x4_splat(xb.d);
+    let sum_x = f32x4_splat(xb.sum as f32);
+    std::array::from_fn(|h| {
+        let mut term = f32x4_mul(f32x4_convert_i32x4(isum[h]), f32x4_mul(d[h], dx));
+        if W::HAS_MIN {
+            term = f32x4_add(term, f32x4_mul(sum_x, f32x4_mul(m[h], dx)));
+        }
+        f32x4_add(acc[h], term)
+    })
+}
+
 /// One pass: the 8 rows of `tiles` (a row group's nb tiles) by T tokens (`x[t]` is token t's
 /// blocks). Lane r of half h of result t is reference's rule-4 dot of row 4h + r with token t.
 #[inline(always)]
@@ -700,25 +724,21 @@ fn tile<D: IntDot<W>, W: WeightTile, const T: usize>(
 ) -> [[v128; 2]; T] {
     let zero = f32x4_splat(0.0);
     let mut acc = [[zero; 2]; T];
+    if T == 1 {
+        // One token (decode): the weights go straight into the dot, never through memory.
+        for (tile, xb) in tiles.iter().zip(x[0]) {
+            let isum = D::dot(&D::weights(tile), &D::activations(xb));
+            acc[0] = accumulate::<D, W>(acc[0], isum, tile.scales(), xb);
+        }
+        return acc;
+    }
     for (b, tile) in tiles.iter().enumerate() {
-        let (d, m) = tile.scales();
+        let scales = tile.scales();
         let w = D::weights(tile);
         for t in 0..T {
             let xb = &x[t][b];
-            let mut isum = D::dot(&w, &D::activations(xb));
-            if D::OFFSET != 0 {
-                let offset = i32x4_splat(D::OFFSET * xb.sum);
-                isum = isum.map(|s| i32x4_sub(s, offset));
-            }
-            let dx = f32x4_splat(xb.d);
-            let sum_x = f32x4_splat(xb.sum as f32);
-            for h in 0..2 {
-                let mut term = f32x4_mul(f32x4_convert_i32x4(isum[h]), f32x4_mul(d[h], dx));
-                if W::HAS_MIN {
-                    term = f32x4_add(term, f32x4_mul(sum_x, f32x4_mul(m[h], dx)));
-                }
-                acc[t][h] = f32x4_add(acc[t][h], term);
-            }
+            let isum = D::dot(&w, &D::activations(xb));
+            acc[t] = accumulate::<D, W>(acc[t], isum, scales, xb);
         }
     }
     acc
