@@ -20,8 +20,12 @@ t0=$(date +%s)
 RUSTFLAGS="$flags" cargo build --quiet -p inferno-wasm --target wasm32-unknown-unknown \
     --profile wasm-release --target-dir "$target_dir"
 t1=$(date +%s)
-"${CARGO_HOME:-$HOME/.cargo}/bin/wasm-bindgen" --target web --no-typescript --out-dir "$out" \
-    "$target_dir/wasm32-unknown-unknown/wasm-release/inferno_wasm.wasm"
+built="$target_dir/wasm32-unknown-unknown/wasm-release/inferno_wasm.wasm"
+if [ "$out/inferno_wasm_bg.wasm" -nt "$built" ] && [ "$out/inferno_wasm.js" -nt "$built" ]; then
+    echo "wasm $variant: cargo $((t1 - t0)) s, www/pkg/$variant is up to date" >&2
+    exit 0
+fi
+"${CARGO_HOME:-$HOME/.cargo}/bin/wasm-bindgen" --target web --no-typescript --out-dir "$out" "$built"
 t2=$(date +%s)
 opt="skipped (no node_modules/.bin/wasm-opt)"
 if [ -x node_modules/.bin/wasm-opt ] && [ "${WASM_OPT:-1}" != 0 ]; then
@@ -34,6 +38,7 @@ if [ -x node_modules/.bin/wasm-opt ] && [ "${WASM_OPT:-1}" != 0 ]; then
     # shellcheck disable=SC2086
     node_modules/.bin/wasm-opt -O3 $enable "$out/inferno_wasm_bg.wasm" -o "$out/inferno_wasm_bg.wasm.opt"
     mv "$out/inferno_wasm_bg.wasm.opt" "$out/inferno_wasm_bg.wasm"
+    touch "$out/inferno_wasm.js"
     opt="$(( $(date +%s) - t2 )) s"
 fi
 echo "wasm $variant: cargo $((t1 - t0)) s, wasm-bindgen $((t2 - t1)) s, wasm-opt $opt," \
