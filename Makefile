@@ -22,12 +22,16 @@ model:
 build:
 	$(CARGO) build --release -p inferno-native
 
-test: setup model build wasm-selftest test-rust test-wasm-build test-wasm
+# The wasm builds of `make test` skip fat LTO and wasm-opt (only speed and size, not results,
+# depend on them; `make wasm` / `make serve` build the release ones).
+test: WASM_PROFILE = wasm-test
+test: export WASM_OPT = 0
+test: setup model build wasm-selftest test-rust test-wasm
 
 # Unit and integration tests of every crate, optimized (the model tests run a real forward).
 # The CLI tests run the binary built above.
 test-rust:
-	INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release --workspace --exclude inferno-wasm
+	INFERNO_WASM_PROFILE=$(WASM_PROFILE) INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release --workspace --exclude inferno-wasm
 
 # core must build for the browser: no threads, no file system, no x86 assumptions.
 test-wasm-build: setup
@@ -36,6 +40,10 @@ test-wasm-build: setup
 # The browser: wasm-bindgen CLI, npm tools (package-lock.json), Chromium for the browser tests.
 setup-wasm: setup
 	./scripts/setup-wasm.sh --browser
+
+# The cargo profile of the wasm builds (make test uses wasm-test).
+WASM_PROFILE ?= wasm-release
+export WASM_PROFILE
 
 # Three builds into www/pkg/<variant>/: scalar reference, simd128, simd128 + relaxed-simd.
 WASM_VARIANTS ?= reference simd128 relaxed
@@ -56,7 +64,7 @@ bench-wasm: wasm model build
 # The wasm kernels' bitwise self test, built three ways (reference, simd128, + relaxed-simd),
 # in the target dirs of scripts/build-wasm.sh (one per RUSTFLAGS: no cache thrash). Run by
 # tests/tests/wasm_kernels.rs under Node (part of test-rust).
-WASM_SELFTEST := $(CARGO) build --release -p inferno-wasm-selftest --target wasm32-unknown-unknown
+WASM_SELFTEST = $(CARGO) build --profile $(WASM_PROFILE) -p inferno-wasm-selftest --target wasm32-unknown-unknown
 wasm-selftest: setup
 	RUSTFLAGS="" $(WASM_SELFTEST) --target-dir target/wasm-reference
 	RUSTFLAGS="-C target-feature=+simd128" $(WASM_SELFTEST) --target-dir target/wasm-simd128
@@ -64,8 +72,8 @@ wasm-selftest: setup
 
 # Quantized matmul speed per wasm backend in Node (not part of make test).
 bench-wasm-kernels: wasm-selftest
-	node tests/wasm-selftest/run.mjs target/wasm-simd128/wasm32-unknown-unknown/release/inferno_wasm_selftest.wasm --bench
-	node --experimental-wasm-relaxed-simd --no-liftoff tests/wasm-selftest/run.mjs target/wasm-relaxed/wasm32-unknown-unknown/release/inferno_wasm_selftest.wasm --bench
+	node tests/wasm-selftest/run.mjs target/wasm-simd128/wasm32-unknown-unknown/$(WASM_PROFILE)/inferno_wasm_selftest.wasm --bench
+	node --experimental-wasm-relaxed-simd --no-liftoff tests/wasm-selftest/run.mjs target/wasm-relaxed/wasm32-unknown-unknown/$(WASM_PROFILE)/inferno_wasm_selftest.wasm --bench
 
 clean:
 	$(CARGO) clean

@@ -14,13 +14,14 @@ case "$variant" in
 esac
 flags=""
 [ -n "$features" ] && flags="-C target-feature=$features"
+profile=${WASM_PROFILE:-wasm-release}
 target_dir=target/wasm-$variant
 out=www/pkg/$variant
 t0=$(date +%s)
 RUSTFLAGS="$flags" cargo build --quiet -p inferno-wasm --target wasm32-unknown-unknown \
-    --profile wasm-release --target-dir "$target_dir"
+    --profile "$profile" --target-dir "$target_dir"
 t1=$(date +%s)
-built="$target_dir/wasm32-unknown-unknown/wasm-release/inferno_wasm.wasm"
+built="$target_dir/wasm32-unknown-unknown/$profile/inferno_wasm.wasm"
 if [ "$out/inferno_wasm_bg.wasm" -nt "$built" ] && [ "$out/inferno_wasm.js" -nt "$built" ]; then
     echo "wasm $variant: cargo $((t1 - t0)) s, www/pkg/$variant is up to date" >&2
     exit 0

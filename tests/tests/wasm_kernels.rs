@@ -13,8 +13,10 @@ fn workspace() -> PathBuf {
 /// Runs `variant`'s module under Node (with `node_flags`), expecting exactly `backends`.
 fn run_selftest(variant: &str, node_flags: &[&str], backends: &str) {
     let root = workspace();
+    // The cargo profile `make` built it with (make test: wasm-test).
+    let profile = std::env::var("INFERNO_WASM_PROFILE").unwrap_or_else(|_| "wasm-release".into());
     let wasm = root.join(format!(
-        "target/wasm-{variant}/wasm32-unknown-unknown/release/inferno_wasm_selftest.wasm"
+        "target/wasm-{variant}/wasm32-unknown-unknown/{profile}/inferno_wasm_selftest.wasm"
     ));
     assert!(
         wasm.is_file(),
