@@ -119,7 +119,11 @@ def run_lines(cmd, what):
     if proc.returncode != 0:
         print(f"{what} failed (exit {proc.returncode}); leaving it out:\n{proc.stderr[-2000:]}", file=sys.stderr)
         return []
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    for r in rows:  # progress, since a full run takes many minutes
+        print(f"  {r['kernels']} threads {r['threads']} prompt {r['prompt_tokens']}: prefill "
+              f"{r['prefill_tok_s']:.1f} tok/s, decode {r['decode_tok_s']:.1f} tok/s", file=sys.stderr)
+    return rows
 
 
 def flags(args, threads, length):
