@@ -155,7 +155,13 @@ impl Parallel for ThreadPool {
 /// job's function; a worker fetches it at its first successful claim.
 fn work(s: &Shared, mut f: Option<&(dyn Fn(usize) + Sync)>) {
     let mut ticket = s.ticket.0.load(Acquire);
+    // `f` belongs to this epoch's job: once the ticket shows a later job (a failed claim can
+    // return one), go back and fetch that job's function instead of calling a finished one's.
+    let epoch = ticket >> 32;
     loop {
+        if ticket >> 32 != epoch {
+            return;
+        }
         let i = (ticket & CLOSED) as usize;
         // Acquire: a new `n` means the ticket we hold is already closed, so the claim fails.
         if i >= s.n.load(Acquire) {
