@@ -222,7 +222,7 @@ impl ChatSession {
             turn.drained = true;
             return Ok(Some(out));
         }
-        let ready = turn.pending.len() - held_for_stop(&turn.pending, &self.stop);
+        let ready = turn.pending.len() - crate::session::stop_prefix_len(&turn.pending, &self.stop);
         let out: String = turn.pending.drain(..ready).collect();
         turn.text.push_str(&out);
         Ok(Some(out))
@@ -253,28 +253,5 @@ impl ChatSession {
         self.messages
             .push(ChatMessage::new("assistant", turn.text.as_str()));
         Ok(turn.text)
-    }
-}
-
-/// Length of the longest suffix of `text` that is a proper prefix of a stop string.
-fn held_for_stop(text: &str, stop: &[String]) -> usize {
-    stop.iter()
-        .flat_map(|s| s.char_indices().skip(1).map(move |(i, _)| &s[..i]))
-        .filter(|prefix| text.ends_with(prefix))
-        .map(str::len)
-        .max()
-        .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::held_for_stop;
-
-    #[test]
-    fn held_for_stop_keeps_partial_stop_strings() {
-        let stop = vec!["</s>".to_string(), "User:".to_string()];
-        assert_eq!(held_for_stop("hello </", &stop), 2);
-        assert_eq!(held_for_stop("hello Us", &stop), 2);
-        assert_eq!(held_for_stop("hello", &stop), 0);
     }
 }

@@ -310,7 +310,7 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 
 /// Length of the longest suffix of `text` that is a proper prefix of some stop string, so it is
 /// held back until the next piece decides.
-fn stop_prefix_len(text: &str, stop: &[String]) -> usize {
+pub(crate) fn stop_prefix_len(text: &str, stop: &[String]) -> usize {
     let mut best = 0;
     for s in stop {
         for (i, _) in s.char_indices().skip(1) {

@@ -42,6 +42,19 @@ fn inferno(args: &[&str], stdin: Option<&[u8]>) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// `inferno run --raw --temp 0 --max-tokens N [--model M] PROMPT`, asserting success.
+fn run_greedy_raw(model: Option<&Path>, max_tokens: usize, prompt: &str) -> Output {
+    let n = max_tokens.to_string();
+    let mut args = vec!["run", "--raw", "--temp", "0", "--max-tokens", &n];
+    if let Some(m) = model {
+        args.extend(["--model", m.to_str().unwrap()]);
+    }
+    args.push(prompt);
+    let o = inferno(&args, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -71,19 +84,7 @@ fn temp_dir(name: &str) -> PathBuf {
 
 #[test]
 fn run_raw_greedy_streams_the_oracle_continuation_paris() {
-    let o = inferno(
-        &[
-            "run",
-            "--raw",
-            "--temp",
-            "0",
-            "--max-tokens",
-            "4",
-            "The capital of France is",
-        ],
-        None,
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run_greedy_raw(None, 4, "The capital of France is");
     // The oracle's greedy ids 7042, 30, 198, 198: " Paris.\n\n" (then the CLI's final newline).
     assert_eq!(stdout(&o), " Paris.\n\n\n");
 }
@@ -195,21 +196,7 @@ fn prompt_longer_than_the_context_is_a_clean_error() {
         "context overflow",
     );
     // A prompt that fits still runs.
-    let o = inferno(
-        &[
-            "run",
-            "--raw",
-            "--temp",
-            "0",
-            "--max-tokens",
-            "3",
-            "--model",
-            model.to_str().unwrap(),
-            "one two",
-        ],
-        None,
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run_greedy_raw(Some(&model), 3, "one two");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -244,21 +231,7 @@ fn quantize_q4_0_and_q8_0_write_loadable_ggufs_that_answer() {
             "{}",
             stdout(&info)
         );
-        let o = inferno(
-            &[
-                "run",
-                "--raw",
-                "--temp",
-                "0",
-                "--max-tokens",
-                "2",
-                "--model",
-                out.to_str().unwrap(),
-                "The capital of France is",
-            ],
-            None,
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = run_greedy_raw(Some(&out), 2, "The capital of France is");
         // 8 bits keep the answer; 4 bits re-quantized from Q4_1 lose enough (perplexity on the
         // first two GPL-3 windows rises from 21.0 to 25.8) that the greedy text changes.
         if ty == "q8_0" {
@@ -327,20 +300,7 @@ fn convert_to_hf_dir_gives_identical_f32_logits_and_quantizes_back() {
         None,
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = inferno(
-        &[
-            "run",
-            "--raw",
-            "--temp",
-            "0",
-            "--max-tokens",
-            "2",
-            "--model",
-            back.to_str().unwrap(),
-            "The capital of France is",
-        ],
-        None,
-    );
+    let o = run_greedy_raw(Some(&back), 2, "The capital of France is");
     assert_eq!(stdout(&o), " Paris.\n");
     let o = inferno(
         &[
