@@ -12,6 +12,7 @@ use inferno_core::parallel::Parallel;
 use inferno_core::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
 
+use crate::synthetic::SplitMix64;
 use crate::{load, pool::ThreadPool};
 
 #[derive(clap::Args, Clone, Debug)]
@@ -212,7 +213,9 @@ pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<f64> {
         .context("cannot allocate 1 GiB")?;
     // Written, not just allocated, so that every page is really mapped before timing.
     data.resize(BYTES / 8, 1);
-    let parts = pool.threads();
+    // Many parts, not one per thread: a worker that was asleep when the job began still gets its
+    // share (with one part each, the caller could read both halves before the worker woke).
+    let parts = pool.threads() * 32;
     let part_len = data.len().div_ceil(parts);
     let mut best = f64::INFINITY;
     for _ in 0..3 {
@@ -270,22 +273,6 @@ impl Prompts {
 
     fn get(&self, length_index: usize, trial: usize) -> &[u32] {
         &self.prompts[length_index][trial]
-    }
-}
-
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn pick<'a>(&mut self, words: &[&'a str]) -> &'a str {
-        words[(self.next() % words.len() as u64) as usize]
     }
 }
 

@@ -261,10 +261,7 @@ pub fn quantize(input: &Path, output: &Path, ty: QuantType) -> Result<()> {
                 quantize_bytes(out_ty, &values),
             )?;
         }
-        let file = std::fs::File::create(output)
-            .with_context(|| format!("cannot create {}", output.display()))?;
-        w.write_to(std::io::BufWriter::new(file))
-            .with_context(|| format!("cannot write {}", output.display()))?;
+        write_gguf_atomically(&w, output)?;
         eprintln!(
             "wrote {} ({} tensors)",
             output.display(),
@@ -272,6 +269,31 @@ pub fn quantize(input: &Path, output: &Path, ty: QuantType) -> Result<()> {
         );
         Ok(())
     })
+}
+
+/// Writes a GGUF next to `output` and renames it into place, so a failed or interrupted write
+/// never leaves a half file under the name (nor clobbers the input when they are the same path).
+pub fn write_gguf_atomically(w: &GgufWriter, output: &Path) -> Result<()> {
+    let mut tmp = output.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = std::path::PathBuf::from(tmp);
+    let written = std::fs::File::create(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))
+        .and_then(|file| {
+            let mut out = std::io::BufWriter::new(file);
+            w.write_to(&mut out)?;
+            out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            Ok(())
+        })
+        .with_context(|| format!("cannot write {}", tmp.display()));
+    if let Err(e) = written.and_then(|()| {
+        std::fs::rename(&tmp, output)
+            .with_context(|| format!("cannot rename {} to {}", tmp.display(), output.display()))
+    }) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// The type a tensor is written in: norms and biases stay f32; the embedding (which is also the

@@ -1,7 +1,7 @@
 //! `inferno`: run, chat with, inspect, convert and quantize Llama-family models on this CPU.
 //! Generated text goes to stdout; progress, stats and errors to stderr.
 
-use inferno_native::{bench, convert, load, pool};
+use inferno_native::{bench, convert, load, pool, synthetic};
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -93,6 +93,22 @@ enum Command {
         output: PathBuf,
         #[arg(long = "type", value_enum, default_value_t = convert::QuantType::Q4_0)]
         ty: convert::QuantType,
+    },
+    /// Write a random-weight Llama GGUF of a given shape (for benches and tests), with the
+    /// tokenizer of a real GGUF.
+    Synthetic {
+        /// Output GGUF file.
+        output: PathBuf,
+        #[arg(long, value_enum, default_value_t = synthetic::ShapeName::TinyLlama1_1B)]
+        shape: synthetic::ShapeName,
+        #[arg(long = "type", value_enum, default_value_t = synthetic::MatrixType::Q4_0)]
+        ty: synthetic::MatrixType,
+        /// Seed of the weights (same seed, same file).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// GGUF whose tokenizer the model gets [default: the fetched SmolLM2-135M-Instruct].
+        #[arg(long)]
+        tokenizer_from: Option<PathBuf>,
     },
 }
 
@@ -300,6 +316,16 @@ fn run(cli: Cli) -> Result<()> {
             dtype,
         } => convert::convert(&input, &output, dtype),
         Command::Quantize { input, output, ty } => convert::quantize(&input, &output, ty),
+        Command::Synthetic {
+            output,
+            shape,
+            ty,
+            seed,
+            tokenizer_from,
+        } => {
+            let tokenizer_from = tokenizer_from.unwrap_or_else(load::default_model_path);
+            synthetic::write(&output, shape, ty.ggml(), seed, &tokenizer_from)
+        }
     }
 }
 

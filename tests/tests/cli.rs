@@ -196,7 +196,7 @@ fn prompt_longer_than_the_context_is_a_clean_error() {
         "context overflow",
     );
     // A prompt that fits still runs.
-    let o = run_greedy_raw(Some(&model), 3, "one two");
+    run_greedy_raw(Some(&model), 3, "one two");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -314,4 +314,39 @@ fn convert_to_hf_dir_gives_identical_f32_logits_and_quantizes_back() {
     let o2 = inferno(&["tokenize", "The capital of France is 12345 ²"], None);
     assert_eq!(stdout(&o), stdout(&o2));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn synthetic_tiny_q4_1_seed_3_writes_the_library_bytes_atomically() {
+    let dir = temp_dir("synthetic");
+    let out = dir.join("tiny.gguf");
+    let o = inferno(
+        &[
+            "synthetic",
+            out.to_str().unwrap(),
+            "--shape",
+            "tiny",
+            "--type",
+            "q4_1",
+            "--seed",
+            "3",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let written = std::fs::read(&out).unwrap();
+    assert!(written == synthetic_gguf(&SyntheticShape::tiny(), 3, GgmlType::Q4_1));
+    // No partial file is left beside it.
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("tiny.gguf")]);
+    // A bad shape name is a clean error.
+    let o = inferno(
+        &["synthetic", out.to_str().unwrap(), "--shape", "huge"],
+        None,
+    );
+    assert!(!o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
 }
