@@ -65,7 +65,9 @@ export function startServer({ port = 8080, host = '127.0.0.1', model = defaultMo
     server.on('error', reject);
     server.listen(port, host, () => {
       const url = `http://${host}:${server.address().port}/`;
-      resolveStart({ url, close: () => new Promise((r) => server.close(r)) });
+      // close() also drops idle keep-alive connections, so the page really is offline after it.
+      const close = () => new Promise((r) => { server.close(r); server.closeAllConnections(); });
+      resolveStart({ url, close });
     });
   });
 }

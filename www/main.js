@@ -1,7 +1,7 @@
 // The page: UI only. Every computation happens in worker.js; this file sends it the messages of
 // protocol.js and draws what comes back. URL parameters: ?model=URL (default model.gguf next to
 // the page), ?autoload=0 (wait for a click), ?variant=reference|simd128|relaxed (force a build),
-// ?maxModelMB=N (a lower size limit, for tests of the too-large error).
+// ?maxModelMB=N (a lower size limit, for tests of the too-large error), ?sw=0 (no service worker).
 import { ToWorker, FromWorker, MAX_MODEL_BYTES } from './protocol.js';
 
 const $ = (id) => document.getElementById(id);
@@ -200,6 +200,10 @@ $('file').addEventListener('change', () => {
 });
 $('error-close').addEventListener('click', hideError);
 
+// The service worker keeps the page's own files, so a reload works offline (sw.js).
+if ('serviceWorker' in navigator && params.get('sw') !== '0') {
+  navigator.serviceWorker.register('sw.js').catch((e) => console.warn('no offline copy of the page:', e));
+}
 startWorker();
 setBusy(false);
 if (params.get('autoload') !== '0') loadFromUrl();

@@ -3,7 +3,7 @@
 
 use crate::config::{ModelConfig, RopeScaling};
 use crate::formats::{ModelSource, QkRowOrder, RawTensor};
-use crate::kernels::tiles::for_each_tile;
+use crate::kernels::tiles::{for_each_tile, MAX_TOKENS_PER_CALL};
 use crate::kernels::{Input, Kernels, KvSlice, Matrix};
 use crate::parallel::Parallel;
 use crate::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
@@ -449,12 +449,12 @@ impl Weights {
                 cache_l.v.write((pos0 + t) * kv_dim, vt);
             }
             // attention over the cache: token t sees positions 0 ..= pos0 + t; query head h reads
-            // KV head h / group. A work item is the query heads of one KV head (one head when
-            // decoding, to spread a single token over threads) for a tile of tokens, heads
-            // inner, so each KV row is read once from memory and reused from L1.
+            // KV head h / group. A work item is some query heads of one KV head for a tile of
+            // tokens; one kernel call takes them all, so each block of the KV head is read and
+            // converted once and reused from L1 by every head.
             let (keys, values) = (cache_l.k.view(), cache_l.v.view());
             let qkv: &[f32] = qkv;
-            let heads_per_item = if n == 1 { 1 } else { group };
+            let heads_per_item = attention_heads_per_item(c.n_heads, group, n, par.threads());
             let item_tokens = tuning.attention_tokens;
             for_each_tile(
                 par,
@@ -465,23 +465,28 @@ impl Weights {
                 heads_per_item * hd,
                 item_tokens,
                 &|first, t0, outs| {
-                    for (j, o) in outs.iter_mut().enumerate() {
-                        let t = t0 + j;
-                        for (i, oh) in o.chunks_exact_mut(hd).enumerate() {
-                            let h = first / hd + i;
-                            let qh = &qkv[t * qkv_dim + h * hd..t * qkv_dim + (h + 1) * hd];
-                            (k.attention)(
-                                qh,
-                                keys,
-                                values,
-                                pos0 + t + 1,
-                                kv_dim,
-                                (h / group) * hd,
-                                scale,
-                                oh,
-                            );
-                        }
+                    // (tokens, heads * hd) query rows of this item; token t0 + j sees
+                    // pos0 + t0 + 1 + j positions.
+                    let width = outs.first().map_or(0, |o| o.len());
+                    let row = |j: usize| {
+                        let at = (t0 + j) * qkv_dim + first;
+                        &qkv[at..at + width]
+                    };
+                    let mut qs: [&[f32]; MAX_TOKENS_PER_CALL] = [&[]; MAX_TOKENS_PER_CALL];
+                    for (j, q) in qs.iter_mut().enumerate().take(outs.len()) {
+                        *q = row(j);
                     }
+                    (k.attention)(
+                        &qs[..outs.len()],
+                        hd,
+                        keys,
+                        values,
+                        pos0 + t0 + 1,
+                        kv_dim,
+                        (first / hd / group) * hd,
+                        scale,
+                        outs,
+                    );
                 },
             );
             // output projection, residual
@@ -537,6 +542,19 @@ impl Weights {
 }
 
 /// The first `n` elements of a reused buffer, grown if needed (allocates only while growing).
+/// Query heads per attention work item: a whole group of one KV head (its cache read once), or,
+/// when that leaves fewer than two items per thread for a single token, the largest divisor of
+/// the group that does (one head at worst), so decode still spreads over the threads.
+fn attention_heads_per_item(n_heads: usize, group: usize, tokens: usize, threads: usize) -> usize {
+    if tokens > 1 || threads <= 1 {
+        return group;
+    }
+    (1..=group)
+        .rev()
+        .find(|&d| group.is_multiple_of(d) && n_heads / d >= 2 * threads)
+        .unwrap_or(1)
+}
+
 fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);

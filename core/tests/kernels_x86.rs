@@ -482,7 +482,12 @@ fn rope_head_dim_2_6_16_64_128_heads_1_to_9_all_backends() {
 
 /// A GQA-like cache: rows of 3 heads, this head at offset head_dim. `spread` scales the
 /// queries so scores span exp's underflow range.
+/// `queries` consecutive tokens, the last of which sees all `n_pos` positions, each with `heads`
+/// query heads of the KV head at offset head_dim of 3-head cache rows.
+#[allow(clippy::too_many_arguments)]
 fn check_attention(
+    queries: usize,
+    heads: usize,
     head_dim: usize,
     n_pos: usize,
     f16: bool,
@@ -494,7 +499,7 @@ fn check_attention(
     let mut rng = Rng(seed);
     let stride = 3 * head_dim;
     let q: Vec<f32> = rng
-        .values(head_dim)
+        .values(queries * heads * head_dim)
         .into_iter()
         .map(|v| v * spread)
         .collect();
@@ -523,12 +528,40 @@ fn check_attention(
         (KvSlice::F32(&keys), KvSlice::F32(&values))
     };
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let mut want = vec![0.0; head_dim];
-    reference::attention(&q, ks, vs, n_pos, stride, head_dim, scale, &mut want);
+    let width = heads * head_dim;
+    let first = n_pos + 1 - queries; // positions query 0 sees
+    let qs: Vec<&[f32]> = q.chunks(width).collect();
+    let mut want = vec![0.0; queries * width];
+    let mut outs: Vec<&mut [f32]> = want.chunks_mut(width).collect();
+    reference::attention(
+        &qs, head_dim, ks, vs, first, stride, head_dim, scale, &mut outs,
+    );
+    // Every (query, head) is exactly that head's one-query attention.
+    for (pair, (qh, wh)) in q.chunks(head_dim).zip(want.chunks(head_dim)).enumerate() {
+        let mut alone = vec![0.0; head_dim];
+        let n = first + pair / heads;
+        reference::attention(
+            &[qh],
+            head_dim,
+            ks,
+            vs,
+            n,
+            stride,
+            head_dim,
+            scale,
+            &mut [&mut alone[..]],
+        );
+        assert_bits_eq("attention (query, head) alone", "reference", &alone, wh);
+    }
+    let what = format!(
+        "attention queries {queries} heads {heads} head_dim {head_dim} n_pos {n_pos} f16 {f16} spread {spread} specials {specials}"
+    );
     for k in &backends {
-        let mut got = vec![3.0; head_dim];
-        (k.attention)(&q, ks, vs, n_pos, stride, head_dim, scale, &mut got);
-        let what = format!("attention head_dim {head_dim} n_pos {n_pos} f16 {f16} spread {spread} specials {specials}");
+        let mut got = vec![3.0; queries * width];
+        let mut outs: Vec<&mut [f32]> = got.chunks_mut(width).collect();
+        (k.attention)(
+            &qs, head_dim, ks, vs, first, stride, head_dim, scale, &mut outs,
+        );
         assert_bits_eq(&what, k.name, &got, &want);
     }
 }
@@ -540,6 +573,8 @@ fn attention_head_dim_64_128_n_pos_1_63_64_65_130_f16_and_f32_all_backends() {
             for f16 in [true, false] {
                 for spread in [1.0, 30.0] {
                     check_attention(
+                        1,
+                        1,
                         head_dim,
                         n_pos,
                         f16,
@@ -559,6 +594,8 @@ fn attention_head_dim_8_16_24_40_n_pos_1_to_140_f16_and_f32_all_backends() {
         for n_pos in [1, 2, 9, 64, 65, 127, 128, 140] {
             for f16 in [true, false] {
                 check_attention(
+                    1,
+                    1,
                     head_dim,
                     n_pos,
                     f16,
@@ -572,10 +609,67 @@ fn attention_head_dim_8_16_24_40_n_pos_1_to_140_f16_and_f32_all_backends() {
 }
 
 #[test]
+fn attention_heads_2_3_8_17_head_dim_64_n_pos_1_65_130_f16_and_f32_all_backends() {
+    for heads in [2, 3, 8, 17] {
+        for n_pos in [1, 65, 130] {
+            for f16 in [true, false] {
+                check_attention(
+                    1,
+                    heads,
+                    64,
+                    n_pos,
+                    f16,
+                    4.0,
+                    false,
+                    (heads * 1000 + n_pos) as u64,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_heads_3_head_dim_8_24_128_n_pos_70_all_backends() {
+    for head_dim in [8, 24, 128] {
+        check_attention(1, 3, head_dim, 70, true, 4.0, false, head_dim as u64);
+    }
+}
+
+#[test]
+fn attention_queries_2_5_16_33_heads_1_3_17_head_dim_64_n_pos_40_65_130_all_backends() {
+    for queries in [2, 5, 16, 33] {
+        for heads in [1, 3, 17] {
+            for n_pos in [40, 65, 130] {
+                let seed = (queries * 10000 + heads * 1000 + n_pos) as u64;
+                check_attention(queries, heads, 64, n_pos, true, 4.0, false, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_queries_8_heads_3_head_dim_8_128_n_pos_8_100_f32_all_backends() {
+    for head_dim in [8, 128] {
+        for n_pos in [8, 100] {
+            check_attention(
+                8,
+                3,
+                head_dim,
+                n_pos,
+                false,
+                4.0,
+                false,
+                (head_dim + n_pos) as u64,
+            );
+        }
+    }
+}
+
+#[test]
 fn attention_head_dim_6_10_reference_fallback_all_backends() {
     for head_dim in [6, 10] {
         for f16 in [true, false] {
-            check_attention(head_dim, 70, f16, 1.0, false, head_dim as u64);
+            check_attention(1, 1, head_dim, 70, f16, 1.0, false, head_dim as u64);
         }
     }
 }
@@ -584,7 +678,7 @@ fn attention_head_dim_6_10_reference_fallback_all_backends() {
 fn attention_head_dim_64_n_pos_65_inf_and_nan_in_cache_all_backends() {
     for f16 in [true, false] {
         for seed in 0..4 {
-            check_attention(64, 65, f16, 1.0, true, 77 + seed);
+            check_attention(1, 1, 64, 65, f16, 1.0, true, 77 + seed);
         }
     }
 }

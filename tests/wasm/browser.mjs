@@ -2,7 +2,8 @@
 // waits for the model, types a message (compose-while-typing prefills it), checks the reply
 // streams in and that the greedy reply equals the native CLI's, saves a screenshot, then feeds
 // bad files (not GGUF, truncated, too large) and checks a visible error with the page still usable,
-// and that a reload takes the model from the Cache API. Run by tests/tests/wasm_browser.rs:
+// that a reload takes the model from the Cache API, and that with the server gone a reload still
+// works (service worker). Run by tests/tests/wasm_browser.rs:
 //   node tests/wasm/browser.mjs spec.json   (spec: { model, message, max_tokens, expected, screenshot })
 import { readFileSync } from 'node:fs';
 import { launchChromium } from './chromium.mjs';
@@ -103,6 +104,17 @@ try {
   err = await errorText();
   check(/too large/.test(err), `too large: "${err}"`);
   check(await page.isEnabled('#download'), 'the page stays usable (buttons enabled) after a too-large model');
+
+  // 5. Fully offline: the server is gone; the service worker serves the page and the wasm build,
+  // the Cache API the model, and the model still answers.
+  await page.goto(`${server.url}index.html`);
+  await waitReady();
+  await page.evaluate(() => navigator.serviceWorker.ready);
+  await server.close();
+  await page.reload();
+  await waitReady();
+  const offline = await chat('Say hi.', 4);
+  check(offline.text.length > 0, `offline reload (no server): the page, the wasm and the model load and answer (${JSON.stringify(offline.text)})`);
 } catch (e) {
   failures++;
   console.log(`FAIL ${e.stack || e}`);
@@ -110,6 +122,6 @@ try {
 } finally {
   if (failures) console.log(`browser console:\n${consoleLines.join('\n')}`);
   await browser.close();
-  await server.close();
+  await server.close().catch(() => {});
 }
 process.exit(failures ? 1 : 0);

@@ -342,9 +342,11 @@ pub struct Kernels {
     pub rmsnorm: fn(&[f32], &[f32], f32, &mut [f32]),
     pub silu_mul: fn(&mut [f32], &[f32]),
     pub rope: fn(&mut [f32], usize, &[f32], &[f32]),
-    /// `(q, keys, values, n_pos, stride, offset, scale, out)`, see [`reference::attention`].
+    /// `(q, head_dim, keys, values, n_pos, stride, offset, scale, out)` for consecutive query
+    /// tokens and the query heads of one KV head, see [`reference::attention`].
     #[allow(clippy::type_complexity)]
-    pub attention: fn(&[f32], KvSlice<'_>, KvSlice<'_>, usize, usize, usize, f32, &mut [f32]),
+    pub attention:
+        fn(&[&[f32]], usize, KvSlice<'_>, KvSlice<'_>, usize, usize, usize, f32, &mut [&mut [f32]]),
 }
 
 impl std::fmt::Debug for Kernels {

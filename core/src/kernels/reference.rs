@@ -246,30 +246,73 @@ pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
 /// Positions per block of the online softmax (rule 6).
 pub const ATTENTION_BLOCK: usize = 64;
 
-/// Rule 6: attention of one query head over `n_pos` cached positions.
+/// Rule 6 for queries that are consecutive tokens, each with the query heads of one KV head:
+/// query i sees the first `n_pos + i` cached positions. `q[i]` and `out[i]` hold the heads one
+/// after another, `head_dim` values each; every (query, head) result is exactly that head's
+/// one-query attention (taking them together only lets a backend read the cache once).
 /// `keys`/`values` are a layer's cache (f16 by the contract; f32 on the verification path), one
-/// row of `stride` elements per position; this head's vectors start at `offset` in each row.
-/// `out` gets head_dim values.
+/// row of `stride` elements per position; the KV head's vectors start at `offset` in each row.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
-    q: &[f32],
+    q: &[&[f32]],
+    head_dim: usize,
     keys: KvSlice<'_>,
     values: KvSlice<'_>,
     n_pos: usize,
     stride: usize,
     offset: usize,
     scale: f32,
-    out: &mut [f32],
+    out: &mut [&mut [f32]],
 ) {
-    match (keys, values) {
-        (KvSlice::F16(k), KvSlice::F16(v)) => {
-            attention_by(q, k, v, f16_to_f32, n_pos, stride, offset, scale, out)
+    check_attention(q, head_dim, out, keys, values, n_pos, stride, offset);
+    for (i, (qi, oi)) in q.iter().zip(out.iter_mut()).enumerate() {
+        for (qh, oh) in qi.chunks_exact(head_dim).zip(oi.chunks_exact_mut(head_dim)) {
+            let n = n_pos + i;
+            match (keys, values) {
+                (KvSlice::F16(k), KvSlice::F16(v)) => {
+                    attention_by(qh, k, v, f16_to_f32, n, stride, offset, scale, oh)
+                }
+                (KvSlice::F32(k), KvSlice::F32(v)) => {
+                    attention_by(qh, k, v, |x: f32| x, n, stride, offset, scale, oh)
+                }
+                _ => unreachable!("check_attention compared the types"),
+            }
         }
-        (KvSlice::F32(k), KvSlice::F32(v)) => {
-            attention_by(q, k, v, |x: f32| x, n_pos, stride, offset, scale, out)
-        }
-        _ => panic!("attention: keys and values differ in type"),
     }
+}
+
+/// The shapes every backend's attention asserts, so a bad call panics the same way everywhere.
+#[allow(clippy::too_many_arguments)]
+pub fn check_attention(
+    q: &[&[f32]],
+    head_dim: usize,
+    out: &[&mut [f32]],
+    keys: KvSlice<'_>,
+    values: KvSlice<'_>,
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+) {
+    let (keys_len, values_len) = match (keys, values) {
+        (KvSlice::F16(k), KvSlice::F16(v)) => (k.len(), v.len()),
+        (KvSlice::F32(k), KvSlice::F32(v)) => (k.len(), v.len()),
+        _ => panic!("attention: keys and values differ in type"),
+    };
+    let width = q.first().map_or(0, |q0| q0.len());
+    assert!(
+        head_dim > 0
+            && width.is_multiple_of(head_dim)
+            && q.len() == out.len()
+            && q.iter().all(|qi| qi.len() == width)
+            && out.iter().all(|oi| oi.len() == width)
+            && offset + head_dim <= stride,
+        "attention: bad shapes"
+    );
+    let most = (n_pos + q.len()).saturating_sub(1);
+    assert!(
+        keys_len >= most * stride && values_len >= most * stride,
+        "attention: cache too short"
+    );
 }
 
 #[allow(clippy::too_many_arguments)]

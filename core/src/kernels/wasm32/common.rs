@@ -1,10 +1,12 @@
 //! The simd128 twins of reference.rs shared by both wasm backends (optimized, bit-identical).
 //! The build enables simd128 for the whole module, so the intrinsics are safe calls; only the
-//! 16-byte loads and stores are `unsafe`, each behind a slice or array that holds the bytes.
+//! 16-byte loads and stores are `unsafe`, each behind a slice or array that holds the bytes, and
+//! the reads of attention's uninitialized block buffers, each after the write of its row.
 //! simd128.rs and relaxed.rs differ only in how they take the integer dot of a block ([`IntDot`]).
 //! A rule-2 accumulator of 8 lanes is a pair of f32x4 (lanes 0..4, 4..8).
 
 use core::arch::wasm32::*;
+use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::{self, ATTENTION_BLOCK};
@@ -366,68 +368,125 @@ fn hsum_i32x4(v: v128) -> i32 {
 // ---------------------------------------------------------------------------------------------
 // Rule 6
 
-/// Rule 6 for head_dim = 8 * N, the output held in N pairs of f32x4. Otherwise identical to
+/// (query, head) pairs per pass of [`attention_n`]: their running maxima and sums sit on the stack.
+const PAIRS_PER_PASS: usize = 512;
+
+/// Rule 6 for head_dim = 8 * N, for queries that are consecutive tokens (query i sees
+/// `n_pos + i` positions) and the query heads of one KV head. Per 64-position block the K and V
+/// rows are converted to f32 once, into buffers every (query, head) pair then reads; each pair's
+/// operations are exactly the one-head sequence of reference::attention (its running output
+/// rests in its `out` row between blocks: storing an f32 is exact). Otherwise identical to
 /// reference::attention (the caller has checked the same shapes).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn attention_n<L: Lanes, const N: usize>(
-    q: &[f32],
+    q: &[&[f32]],
     keys: &[L::Elem],
     values: &[L::Elem],
     n_pos: usize,
     stride: usize,
     offset: usize,
     scale: f32,
-    out: &mut [f32],
+    out: &mut [&mut [f32]],
 ) {
-    let zero = f32x4_splat(0.0);
-    let qv: [[v128; 2]; N] = std::array::from_fn(|j| F32Lanes::load8(q, 8 * j));
-    let mut o = [[zero; 2]; N];
-    let mut m = f32::NEG_INFINITY;
-    let mut l = 0.0f32;
+    let hd = 8 * N;
+    let heads = q.first().map_or(0, |q0| q0.len() / hd);
+    if heads == 0 {
+        return;
+    }
+    // Uninitialized: zeroing 2 x 16 KiB per call is a large share of a short call's time.
+    let mut kbuf = [[MaybeUninit::<[v128; 2]>::uninit(); ATTENTION_BLOCK]; N];
+    let mut vbuf = kbuf;
     let mut scores = [0.0f32; ATTENTION_BLOCK];
     let mut p = [0.0f32; ATTENTION_BLOCK];
-    let mut start = 0;
-    while start < n_pos {
-        let end = (start + ATTENTION_BLOCK).min(n_pos);
-        let mut block_max = f32::NEG_INFINITY;
-        for t in start..end {
-            let k = &keys[t * stride + offset..t * stride + offset + 8 * N];
-            let mut acc = [[zero; 2]; 4];
-            for j in 0..N {
-                acc[j % 4] = mul_add8(acc[j % 4], qv[j], L::load8(k, 8 * j));
+    let per_pass = (PAIRS_PER_PASS / heads).max(1);
+    for (pass, (q, out)) in q.chunks(per_pass).zip(out.chunks_mut(per_pass)).enumerate() {
+        let first = n_pos + pass * per_pass; // positions the pass's first query sees
+        let last = first + q.len() - 1;
+        let pairs = q.len() * heads;
+        let mut m = [f32::NEG_INFINITY; PAIRS_PER_PASS];
+        let mut l = [0.0f32; PAIRS_PER_PASS];
+        for o in out.iter_mut() {
+            o.fill(0.0);
+        }
+        let mut start = 0;
+        while start < last {
+            let end = (start + ATTENTION_BLOCK).min(last);
+            for t in start..end {
+                let k = &keys[t * stride + offset..t * stride + offset + hd];
+                let v = &values[t * stride + offset..t * stride + offset + hd];
+                for j in 0..N {
+                    kbuf[j][t - start].write(L::load8(k, 8 * j));
+                    vbuf[j][t - start].write(L::load8(v, 8 * j));
+                }
             }
-            let s = fold(acc) * scale;
-            scores[t - start] = s;
-            block_max = if s > block_max { s } else { block_max };
+            // Query i sees positions start..end_i of this block; those already past their
+            // last position (earlier queries, in the last block) sit it out.
+            for (i, (qi, oi)) in q.iter().zip(out.iter_mut()).enumerate() {
+                let end_i = end.min(first + i);
+                if end_i <= start {
+                    continue;
+                }
+                let len = end_i - start;
+                for h in 0..heads {
+                    let pair = i * heads + h;
+                    let qv: [[v128; 2]; N] =
+                        std::array::from_fn(|j| F32Lanes::load8(qi, h * hd + 8 * j));
+                    let mut block_max = f32::NEG_INFINITY;
+                    for (t, st) in scores.iter_mut().enumerate().take(len) {
+                        let zero = f32x4_splat(0.0);
+                        let mut acc = [[zero; 2]; 4];
+                        for j in 0..N {
+                            // SAFETY: rows 0..len of this block were written above.
+                            let kt = unsafe { kbuf[j][t].assume_init() };
+                            acc[j % 4] = mul_add8(acc[j % 4], qv[j], kt);
+                        }
+                        let s = fold(acc) * scale;
+                        *st = s;
+                        block_max = if s > block_max { s } else { block_max };
+                    }
+                    let m_new = if block_max > m[pair] {
+                        block_max
+                    } else {
+                        m[pair]
+                    };
+                    let c = math::exp(m[pair] - m_new);
+                    l[pair] *= c;
+                    let cv = f32x4_splat(c);
+                    let o_h = &mut oi[h * hd..(h + 1) * hd];
+                    let mut o: [[v128; 2]; N] = std::array::from_fn(|j| {
+                        let oj = F32Lanes::load8(o_h, 8 * j);
+                        [f32x4_mul(oj[0], cv), f32x4_mul(oj[1], cv)]
+                    });
+                    let mv = f32x4_splat(m_new);
+                    for j in (0..len).step_by(4) {
+                        store_f32x4(&mut p, j, exp4(f32x4_sub(load_f32x4(&scores, j), mv)));
+                    }
+                    for (t, &pt) in p.iter().enumerate().take(len) {
+                        l[pair] += pt;
+                        let pv = [f32x4_splat(pt); 2];
+                        for (j, oj) in o.iter_mut().enumerate() {
+                            // SAFETY: rows 0..len of this block were written above.
+                            let vt = unsafe { vbuf[j][t].assume_init() };
+                            *oj = mul_add8(*oj, pv, vt);
+                        }
+                    }
+                    for (j, oj) in o.iter().enumerate() {
+                        store_f32x4(o_h, 8 * j, oj[0]);
+                        store_f32x4(o_h, 8 * j + 4, oj[1]);
+                    }
+                    m[pair] = m_new;
+                }
+            }
+            start = end;
         }
-        let m_new = if block_max > m { block_max } else { m };
-        let c = math::exp(m - m_new);
-        l *= c;
-        let cv = f32x4_splat(c);
-        for oj in o.iter_mut() {
-            *oj = [f32x4_mul(oj[0], cv), f32x4_mul(oj[1], cv)];
-        }
-        let mv = f32x4_splat(m_new);
-        for j in (0..end - start).step_by(4) {
-            store_f32x4(&mut p, j, exp4(f32x4_sub(load_f32x4(&scores, j), mv)));
-        }
-        for t in start..end {
-            let pt = p[t - start];
-            l += pt;
-            let pv = [f32x4_splat(pt); 2];
-            let v = &values[t * stride + offset..t * stride + offset + 8 * N];
-            for (j, oj) in o.iter_mut().enumerate() {
-                *oj = mul_add8(*oj, pv, L::load8(v, 8 * j));
+        for (pair, &lp) in l.iter().enumerate().take(pairs) {
+            let lv = f32x4_splat(lp);
+            let o_h = &mut out[pair / heads][pair % heads * hd..(pair % heads + 1) * hd];
+            for i in (0..hd).step_by(4) {
+                store_f32x4(o_h, i, f32x4_div(load_f32x4(o_h, i), lv));
             }
         }
-        m = m_new;
-        start = end;
-    }
-    let lv = f32x4_splat(l);
-    for (j, oj) in o.iter().enumerate() {
-        store_f32x4(out, 8 * j, f32x4_div(oj[0], lv));
-        store_f32x4(out, 8 * j + 4, f32x4_div(oj[1], lv));
     }
 }
 
@@ -436,18 +495,19 @@ fn attention_n<L: Lanes, const N: usize>(
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn attention_any<L: Lanes>(
-    q: &[f32],
+    q: &[&[f32]],
+    head_dim: usize,
     keys: &[L::Elem],
     values: &[L::Elem],
     n_pos: usize,
     stride: usize,
     offset: usize,
     scale: f32,
-    out: &mut [f32],
+    out: &mut [&mut [f32]],
 ) -> bool {
     macro_rules! by_width {
         ($($n:literal),*) => {
-            match q.len() {
+            match head_dim {
                 $(h if h == 8 * $n => attention_n::<L, $n>(q, keys, values, n_pos, stride, offset, scale, out),)*
                 _ => return false,
             }
@@ -461,40 +521,28 @@ fn attention_any<L: Lanes>(
 /// multiple of 8).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
-    q: &[f32],
+    q: &[&[f32]],
+    head_dim: usize,
     keys: KvSlice<'_>,
     values: KvSlice<'_>,
     n_pos: usize,
     stride: usize,
     offset: usize,
     scale: f32,
-    out: &mut [f32],
+    out: &mut [&mut [f32]],
 ) {
-    let head_dim = q.len();
-    let (keys_len, values_len) = match (keys, values) {
-        (KvSlice::F16(k), KvSlice::F16(v)) => (k.len(), v.len()),
-        (KvSlice::F32(k), KvSlice::F32(v)) => (k.len(), v.len()),
-        _ => panic!("attention: keys and values differ in type"),
-    };
-    assert!(
-        out.len() == head_dim && offset + head_dim <= stride,
-        "attention: bad shapes"
-    );
-    assert!(
-        keys_len >= n_pos * stride && values_len >= n_pos * stride,
-        "attention: cache too short"
-    );
+    reference::check_attention(q, head_dim, out, keys, values, n_pos, stride, offset);
     let ran = match (keys, values) {
         (KvSlice::F16(k), KvSlice::F16(v)) => {
-            attention_any::<F16Lanes>(q, k, v, n_pos, stride, offset, scale, out)
+            attention_any::<F16Lanes>(q, head_dim, k, v, n_pos, stride, offset, scale, out)
         }
         (KvSlice::F32(k), KvSlice::F32(v)) => {
-            attention_any::<F32Lanes>(q, k, v, n_pos, stride, offset, scale, out)
+            attention_any::<F32Lanes>(q, head_dim, k, v, n_pos, stride, offset, scale, out)
         }
-        _ => unreachable!("checked above"),
+        _ => unreachable!("check_attention compared the types"),
     };
     if !ran {
-        reference::attention(q, keys, values, n_pos, stride, offset, scale, out);
+        reference::attention(q, head_dim, keys, values, n_pos, stride, offset, scale, out);
     }
 }
 

@@ -305,6 +305,8 @@ fn rope(backends: &[&Kernels], seed: u64) -> Result<(), String> {
 /// queries so scores span exp's underflow range.
 fn attention_case(
     backends: &[&Kernels],
+    queries: usize,
+    heads: usize,
     head_dim: usize,
     n_pos: usize,
     f16: bool,
@@ -315,7 +317,7 @@ fn attention_case(
     let mut rng = Rng::new(seed, (head_dim * 1000 + n_pos) as u64);
     let stride = 3 * head_dim;
     let q: Vec<f32> = rng
-        .values(head_dim)
+        .values(queries * heads * head_dim)
         .into_iter()
         .map(|v| v * spread)
         .collect();
@@ -335,13 +337,22 @@ fn attention_case(
         (KvSlice::F32(&keys), KvSlice::F32(&values))
     };
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let mut want = vec![0.0; head_dim];
-    reference::attention(&q, ks, vs, n_pos, stride, head_dim, scale, &mut want);
+    let width = heads * head_dim;
+    let first = n_pos + 1 - queries; // positions query 0 sees
+    let qs: Vec<&[f32]> = q.chunks(width).collect();
+    let mut want = vec![0.0; queries * width];
+    let mut outs: Vec<&mut [f32]> = want.chunks_mut(width).collect();
+    reference::attention(
+        &qs, head_dim, ks, vs, first, stride, head_dim, scale, &mut outs,
+    );
     for k in backends {
-        let mut got = vec![3.0; head_dim];
-        (k.attention)(&q, ks, vs, n_pos, stride, head_dim, scale, &mut got);
+        let mut got = vec![3.0; queries * width];
+        let mut outs: Vec<&mut [f32]> = got.chunks_mut(width).collect();
+        (k.attention)(
+            &qs, head_dim, ks, vs, first, stride, head_dim, scale, &mut outs,
+        );
         let what = format!(
-            "attention(head_dim={head_dim},n_pos={n_pos},f16={f16},spread={spread},\
+            "attention(queries={queries},heads={heads},head_dim={head_dim},n_pos={n_pos},f16={f16},spread={spread},\
              specials={specials},seed={seed})"
         );
         bits_eq(&what, k.name, &got, &want)?;
@@ -354,21 +365,43 @@ fn attention(backends: &[&Kernels], seed: u64) -> Result<(), String> {
         for head_dim in [64, 128] {
             for n_pos in [1, 63, 64, 65, 130] {
                 for spread in [1.0, 30.0] {
-                    attention_case(backends, head_dim, n_pos, f16, spread, false, seed)?;
+                    attention_case(backends, 1, 1, head_dim, n_pos, f16, spread, false, seed)?;
                 }
             }
         }
         for head_dim in [8, 16, 24, 40] {
             for n_pos in [1, 2, 9, 64, 65, 127, 128, 140] {
-                attention_case(backends, head_dim, n_pos, f16, 4.0, false, seed)?;
+                attention_case(backends, 1, 1, head_dim, n_pos, f16, 4.0, false, seed)?;
+            }
+        }
+        // Several query heads of one KV head, past the 16 heads of one pass.
+        for heads in [2, 3, 8, 17] {
+            for n_pos in [1, 65, 130] {
+                attention_case(backends, 1, heads, 64, n_pos, f16, 4.0, false, seed)?;
+            }
+        }
+        // Consecutive query tokens (prefill), past the 512 (query, head) pairs of one pass.
+        for (queries, heads) in [(2, 1), (5, 3), (16, 3), (33, 17)] {
+            for n_pos in [40, 130] {
+                attention_case(backends, queries, heads, 64, n_pos, f16, 4.0, false, seed)?;
             }
         }
         // Not a multiple of 8: the reference fallback.
         for head_dim in [6, 10] {
-            attention_case(backends, head_dim, 70, f16, 1.0, false, seed)?;
+            attention_case(backends, 1, 1, head_dim, 70, f16, 1.0, false, seed)?;
         }
         for s in 0..4 {
-            attention_case(backends, 64, 65, f16, 1.0, true, seed.wrapping_add(77 + s))?;
+            attention_case(
+                backends,
+                1,
+                1,
+                64,
+                65,
+                f16,
+                1.0,
+                true,
+                seed.wrapping_add(77 + s),
+            )?;
         }
     }
     Ok(())

@@ -4,6 +4,7 @@
 //! only in how they take the integer dot of a block ([`IntDot`]).
 
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::ATTENTION_BLOCK;
@@ -348,98 +349,155 @@ pub unsafe fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
     }
 }
 
-/// Rule 6 for head_dim = 8 * N, the output held in N registers. Otherwise identical to
-/// reference::attention (the caller has checked the same shapes).
+/// (query, head) pairs per pass of [`attention`]: their running maxima and sums sit on the stack.
+pub const PAIRS_PER_PASS: usize = 512;
+
+/// Rule 6 for head_dim = 8 * N, for queries that are consecutive tokens (query i sees
+/// `n_pos + i` positions) and the query heads of one KV head. Per 64-position block the K and V
+/// rows are converted to f32 once, into buffers that stay in L1, and every (query, head) pair
+/// takes its block step from there: the cache is read once per call instead of once per pair.
+/// Each pair's operations are exactly the one-head sequence of reference::attention (its
+/// running output rests in its `out` row between blocks: storing an f32 is exact). Otherwise
+/// identical to reference::attention (the caller has checked the same shapes).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn attention<L: Lanes, const N: usize>(
-    q: &[f32],
+    q: &[&[f32]],
     keys: &[L::Elem],
     values: &[L::Elem],
     n_pos: usize,
     stride: usize,
     offset: usize,
     scale: f32,
-    out: &mut [f32],
+    out: &mut [&mut [f32]],
 ) {
-    // SAFETY: the caller checked q.len() == out.len() == 8 * N, offset + 8N <= stride and
-    // n_pos * stride <= keys.len(), values.len(); avx2 + f16c are enabled in the caller.
+    // SAFETY: the caller checked that every q[i] and out[i] holds the same multiple of 8N
+    // values, offset + 8N <= stride and (n_pos + q.len() - 1) * stride <= keys.len(),
+    // values.len(); avx2 + f16c are enabled in the caller. Buffer rows 0..end - start are
+    // written before they are read (uninitialized: zeroing 2 x 16 KiB per call cost a quarter
+    // of the kernel's time in prefill).
     unsafe {
-        let mut qv = [_mm256_setzero_ps(); N];
-        for (j, qj) in qv.iter_mut().enumerate() {
-            *qj = _mm256_loadu_ps(q.as_ptr().add(8 * j));
+        let hd = 8 * N;
+        let heads = q.first().map_or(0, |q0| q0.len() / hd);
+        if heads == 0 {
+            return;
         }
-        let mut o = [_mm256_setzero_ps(); N];
-        let mut m = f32::NEG_INFINITY;
-        let mut l = 0.0f32;
+        let mut kbuf = [[MaybeUninit::<__m256>::uninit(); ATTENTION_BLOCK]; N];
+        let mut vbuf = kbuf;
         let mut scores = [0.0f32; ATTENTION_BLOCK];
         let mut p = [0.0f32; ATTENTION_BLOCK];
-        let mut start = 0;
-        while start < n_pos {
-            let end = (start + ATTENTION_BLOCK).min(n_pos);
-            let mut block_max = f32::NEG_INFINITY;
-            for t in start..end {
-                let k = keys.as_ptr().add(t * stride + offset);
-                let mut acc = [_mm256_setzero_ps(); 4];
+        let per_pass = (PAIRS_PER_PASS / heads).max(1);
+        for (pass, (q, out)) in q.chunks(per_pass).zip(out.chunks_mut(per_pass)).enumerate() {
+            let first = n_pos + pass * per_pass; // positions the pass's first query sees
+            let last = first + q.len() - 1;
+            let pairs = q.len() * heads;
+            let mut m = [f32::NEG_INFINITY; PAIRS_PER_PASS];
+            let mut l = [0.0f32; PAIRS_PER_PASS];
+            for o in out.iter_mut() {
+                o.fill(0.0);
+            }
+            let mut start = 0;
+            while start < last {
+                let end = (start + ATTENTION_BLOCK).min(last);
+                for t in start..end {
+                    let k = keys.as_ptr().add(t * stride + offset);
+                    let v = values.as_ptr().add(t * stride + offset);
+                    for j in 0..N {
+                        kbuf[j][t - start].write(L::load8(k.add(8 * j)));
+                        vbuf[j][t - start].write(L::load8(v.add(8 * j)));
+                    }
+                }
+                // Query i sees positions start..end_i of this block; those already past
+                // their last position (earlier queries, in the last block) sit it out.
+                for (i, (qi, oi)) in q.iter().zip(out.iter_mut()).enumerate() {
+                    let end_i = end.min(first + i);
+                    if end_i <= start {
+                        continue;
+                    }
+                    let len = end_i - start;
+                    for h in 0..heads {
+                        let pair = i * heads + h;
+                        let mut qv = [_mm256_setzero_ps(); N];
+                        for (j, qj) in qv.iter_mut().enumerate() {
+                            *qj = _mm256_loadu_ps(qi.as_ptr().add(h * hd + 8 * j));
+                        }
+                        let mut block_max = f32::NEG_INFINITY;
+                        for (t, st) in scores.iter_mut().enumerate().take(len) {
+                            let mut acc = [_mm256_setzero_ps(); 4];
+                            for j in 0..N {
+                                let kt = kbuf[j][t].assume_init();
+                                acc[j % 4] = _mm256_add_ps(acc[j % 4], _mm256_mul_ps(qv[j], kt));
+                            }
+                            let s = fold(acc) * scale;
+                            *st = s;
+                            block_max = if s > block_max { s } else { block_max };
+                        }
+                        let m_new = if block_max > m[pair] {
+                            block_max
+                        } else {
+                            m[pair]
+                        };
+                        let c = math::exp(m[pair] - m_new);
+                        l[pair] *= c;
+                        let o_h = oi.as_mut_ptr().add(h * hd);
+                        let cv = _mm256_set1_ps(c);
+                        let mut o = [_mm256_setzero_ps(); N];
+                        for (j, oj) in o.iter_mut().enumerate() {
+                            *oj = _mm256_mul_ps(_mm256_loadu_ps(o_h.add(8 * j)), cv);
+                        }
+                        let mv = _mm256_set1_ps(m_new);
+                        for j in (0..len).step_by(8) {
+                            let s = _mm256_loadu_ps(scores.as_ptr().add(j));
+                            _mm256_storeu_ps(p.as_mut_ptr().add(j), exp8(_mm256_sub_ps(s, mv)));
+                        }
+                        for (t, &pt) in p.iter().enumerate().take(len) {
+                            l[pair] += pt;
+                            let pv = _mm256_set1_ps(pt);
+                            for (j, oj) in o.iter_mut().enumerate() {
+                                let vt = vbuf[j][t].assume_init();
+                                *oj = _mm256_add_ps(*oj, _mm256_mul_ps(pv, vt));
+                            }
+                        }
+                        for (j, oj) in o.iter().enumerate() {
+                            _mm256_storeu_ps(o_h.add(8 * j), *oj);
+                        }
+                        m[pair] = m_new;
+                    }
+                }
+                start = end;
+            }
+            for (pair, &lp) in l.iter().enumerate().take(pairs) {
+                let lv = _mm256_set1_ps(lp);
+                let o_h = out[pair / heads].as_mut_ptr().add(pair % heads * hd);
                 for j in 0..N {
-                    acc[j % 4] =
-                        _mm256_add_ps(acc[j % 4], _mm256_mul_ps(qv[j], L::load8(k.add(8 * j))));
-                }
-                let s = fold(acc) * scale;
-                scores[t - start] = s;
-                block_max = if s > block_max { s } else { block_max };
-            }
-            let m_new = if block_max > m { block_max } else { m };
-            let c = math::exp(m - m_new);
-            l *= c;
-            let cv = _mm256_set1_ps(c);
-            for oj in o.iter_mut() {
-                *oj = _mm256_mul_ps(*oj, cv);
-            }
-            let mv = _mm256_set1_ps(m_new);
-            for j in (0..end - start).step_by(8) {
-                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.as_ptr().add(j)), mv));
-                _mm256_storeu_ps(p.as_mut_ptr().add(j), e);
-            }
-            for t in start..end {
-                let pt = p[t - start];
-                l += pt;
-                let pv = _mm256_set1_ps(pt);
-                let v = values.as_ptr().add(t * stride + offset);
-                for (j, oj) in o.iter_mut().enumerate() {
-                    *oj = _mm256_add_ps(*oj, _mm256_mul_ps(pv, L::load8(v.add(8 * j))));
+                    let o = _mm256_loadu_ps(o_h.add(8 * j));
+                    _mm256_storeu_ps(o_h.add(8 * j), _mm256_div_ps(o, lv));
                 }
             }
-            m = m_new;
-            start = end;
-        }
-        let lv = _mm256_set1_ps(l);
-        for (j, oj) in o.iter().enumerate() {
-            _mm256_storeu_ps(out.as_mut_ptr().add(8 * j), _mm256_div_ps(*oj, lv));
         }
     }
 }
 
-/// Checks reference::attention's shapes, then runs the twin for this head_dim if there is one
-/// (head_dim a multiple of 8 up to 256), else the reference itself. Returns false if it did not
-/// run, so the caller can fall back.
+/// Runs the twin for this head_dim if there is one (a multiple of 8 up to 256). Returns false
+/// if it did not run, so the caller can fall back to the reference.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn attention_any<L: Lanes>(
-    q: &[f32],
+    q: &[&[f32]],
+    head_dim: usize,
     keys: &[L::Elem],
     values: &[L::Elem],
     n_pos: usize,
     stride: usize,
     offset: usize,
     scale: f32,
-    out: &mut [f32],
+    out: &mut [&mut [f32]],
 ) -> bool {
     // SAFETY: shapes are checked by the caller; features are enabled in the caller.
     unsafe {
         macro_rules! by_width {
             ($($n:literal),*) => {
-                match q.len() {
+                match head_dim {
                     $(h if h == 8 * $n => attention::<L, $n>(q, keys, values, n_pos, stride, offset, scale, out),)*
                     _ => return false,
                 }
@@ -448,26 +506,6 @@ pub unsafe fn attention_any<L: Lanes>(
         by_width!(1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 32);
         true
     }
-}
-
-/// Asserts the shapes reference::attention asserts (so a bad call panics the same way).
-pub fn check_attention(
-    head_dim: usize,
-    out_len: usize,
-    keys_len: usize,
-    values_len: usize,
-    n_pos: usize,
-    stride: usize,
-    offset: usize,
-) {
-    assert!(
-        out_len == head_dim && offset + head_dim <= stride,
-        "attention: bad shapes"
-    );
-    assert!(
-        keys_len >= n_pos * stride && values_len >= n_pos * stride,
-        "attention: cache too short"
-    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -198,47 +198,47 @@ macro_rules! backend {
         /// not a multiple of 8).
         #[allow(clippy::too_many_arguments)]
         pub fn attention(
-            q: &[f32],
+            q: &[&[f32]],
+            head_dim: usize,
             keys: KvSlice<'_>,
             values: KvSlice<'_>,
             n_pos: usize,
             stride: usize,
             offset: usize,
             scale: f32,
-            out: &mut [f32],
+            out: &mut [&mut [f32]],
         ) {
+            reference::check_attention(q, head_dim, out, keys, values, n_pos, stride, offset);
             check_host();
             #[allow(clippy::too_many_arguments)]
             #[target_feature(enable = $features)]
             unsafe fn imp(
-                q: &[f32],
+                q: &[&[f32]],
+                head_dim: usize,
                 keys: KvSlice<'_>,
                 values: KvSlice<'_>,
                 n_pos: usize,
                 stride: usize,
                 offset: usize,
                 scale: f32,
-                out: &mut [f32],
+                out: &mut [&mut [f32]],
             ) -> bool {
-                let (hd, o) = (q.len(), out.len());
-                // SAFETY: check_attention asserts the shapes the twin relies on.
+                // SAFETY: the wrapper's check_attention asserted the shapes the twin relies on.
                 unsafe {
                     match (keys, values) {
-                        (KvSlice::F16(k), KvSlice::F16(v)) => {
-                            common::check_attention(hd, o, k.len(), v.len(), n_pos, stride, offset);
-                            common::attention_any::<F16Lanes>(q, k, v, n_pos, stride, offset, scale, out)
-                        }
-                        (KvSlice::F32(k), KvSlice::F32(v)) => {
-                            common::check_attention(hd, o, k.len(), v.len(), n_pos, stride, offset);
-                            common::attention_any::<F32Lanes>(q, k, v, n_pos, stride, offset, scale, out)
-                        }
-                        _ => panic!("attention: keys and values differ in type"),
+                        (KvSlice::F16(k), KvSlice::F16(v)) => common::attention_any::<F16Lanes>(
+                            q, head_dim, k, v, n_pos, stride, offset, scale, out,
+                        ),
+                        (KvSlice::F32(k), KvSlice::F32(v)) => common::attention_any::<F32Lanes>(
+                            q, head_dim, k, v, n_pos, stride, offset, scale, out,
+                        ),
+                        _ => unreachable!("check_attention compared the types"),
                     }
                 }
             }
             // SAFETY: check_host() found the features `imp` is compiled for.
-            if !unsafe { imp(q, keys, values, n_pos, stride, offset, scale, out) } {
-                reference::attention(q, keys, values, n_pos, stride, offset, scale, out);
+            if !unsafe { imp(q, head_dim, keys, values, n_pos, stride, offset, scale, out) } {
+                reference::attention(q, head_dim, keys, values, n_pos, stride, offset, scale, out);
             }
         }
     };
