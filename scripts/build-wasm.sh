@@ -28,7 +28,7 @@ if [ "$out/inferno_wasm_bg.wasm" -nt "$built" ] && [ "$out/inferno_wasm.js" -nt 
 fi
 "${CARGO_HOME:-$HOME/.cargo}/bin/wasm-bindgen" --target web --no-typescript --out-dir "$out" "$built"
 t2=$(date +%s)
-opt="skipped (no node_modules/.bin/wasm-opt)"
+opt="skipped (WASM_OPT=0 or no node_modules/.bin/wasm-opt)"
 if [ -x node_modules/.bin/wasm-opt ] && [ "${WASM_OPT:-1}" != 0 ]; then
     enable="--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
         --enable-mutable-globals --enable-multivalue --enable-reference-types"
