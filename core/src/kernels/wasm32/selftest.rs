@@ -82,8 +82,14 @@ impl Rng {
             })
             .collect()
     }
-    /// f16 scale bits: mostly ordinary, sometimes zero, subnormal, huge or negative.
+    /// f16 scale bits: mostly ordinary, sometimes zero, subnormal, huge or negative, and now
+    /// and then inf or NaN (a tile with one takes the kernels' exact-conversion path).
     fn scale_f16(&mut self) -> u16 {
+        match self.below(64) {
+            0 => return 0x7c00,
+            1 => return 0xfe01,
+            _ => {}
+        }
         match self.below(10) {
             0 => 0,
             1 => 0x0001,
