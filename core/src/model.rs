@@ -451,7 +451,7 @@ impl Weights {
             // attention over the cache: token t sees positions 0 ..= pos0 + t; query head h reads
             // KV head h / group. A work item is some query heads of one KV head for a tile of
             // tokens; one kernel call takes them all, so each block of the KV head is read and
-            // converted once and reused from L1 by every head.
+            // converted once and reused from L1 by every (token, head) pair.
             let (keys, values) = (cache_l.k.view(), cache_l.v.view());
             let qkv: &[f32] = qkv;
             let heads_per_item = attention_heads_per_item(c.n_heads, group, n, par.threads());
@@ -873,5 +873,24 @@ pub fn rope_inv_freq(c: &ModelConfig) -> Vec<f32> {
                 })
                 .collect()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attention_heads_per_item;
+
+    #[test]
+    fn attention_heads_per_item_whole_groups_unless_decode_would_starve_threads() {
+        // SmolLM2: 9 heads in 3 groups of 3.
+        assert_eq!(attention_heads_per_item(9, 3, 1, 1), 3);
+        assert_eq!(attention_heads_per_item(9, 3, 1, 2), 1);
+        assert_eq!(attention_heads_per_item(9, 3, 16, 2), 3);
+        // TinyLlama: 32 heads in 4 groups of 8.
+        assert_eq!(attention_heads_per_item(32, 8, 1, 2), 8);
+        assert_eq!(attention_heads_per_item(32, 8, 1, 4), 4);
+        assert_eq!(attention_heads_per_item(32, 8, 1, 64), 1);
+        // No GQA.
+        assert_eq!(attention_heads_per_item(2, 1, 1, 8), 1);
     }
 }

@@ -573,7 +573,10 @@ pub trait WeightTile: Tile {
 fn finite_f16x4_to_f32x4(h: v128) -> v128 {
     let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
     let shifted = i32x4_shl(v128_and(h, u32x4_splat(0x7fff)), 13);
-    f32x4_mul(v128_or(shifted, sign), f32x4_splat(f32::from_bits((127 + 112) << 23)))
+    f32x4_mul(
+        v128_or(shifted, sign),
+        f32x4_splat(f32::from_bits((127 + 112) << 23)),
+    )
 }
 
 /// Whether no lane of `h` (f16 bits, or the OR of two such vectors) has an all-ones exponent.
