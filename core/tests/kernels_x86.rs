@@ -3,70 +3,10 @@
 //! contract's awkward shapes (0, 1, 7, 8, 31, 32, 33, 63, 64, 65, real model sizes, row and
 //! token tails) and edge values (+-0, subnormals, huge, inf, NaN, int8 extremes, zero blocks).
 
-use inferno_core::kernels::{reference, Input, Kernels, KvSlice, Matrix, MatrixData};
+use inferno_core::kernels::testdata::{bits_eq, random_activations, random_matrix, Rng};
+use inferno_core::kernels::{reference, Input, Kernels, KvSlice, MatrixData};
 use inferno_core::quant::repack::untile_row;
-use inferno_core::quant::{
-    f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, GgmlType, QK,
-};
-
-/// splitmix64: portable, seeded.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    /// Roughly normal, times a random power of two in [2^-8, 2^8].
-    fn value(&mut self) -> f32 {
-        let s: f32 = (0..4)
-            .map(|_| (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-            .sum();
-        (s - 2.0) * (2.0f32).powi(self.below(17) as i32 - 8)
-    }
-    fn values(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.value()).collect()
-    }
-    /// Values with edge cases sprinkled in (about one in eight).
-    fn edgy_values(&mut self, n: usize, specials: bool) -> Vec<f32> {
-        const EDGES: [f32; 10] = [
-            0.0,
-            -0.0,
-            1e-40,
-            -1.4e-45,
-            1.2e-38,
-            1e30,
-            -3e38,
-            f32::MAX,
-            127.0,
-            -127.0,
-        ];
-        const SPECIALS: [f32; 3] = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
-        (0..n)
-            .map(|_| match self.below(8) {
-                0 if specials && self.below(4) == 0 => SPECIALS[self.below(SPECIALS.len())],
-                0 => EDGES[self.below(EDGES.len())],
-                _ => self.value(),
-            })
-            .collect()
-    }
-    /// f16 scale bits: mostly ordinary, sometimes zero, subnormal, huge or negative.
-    fn scale_f16(&mut self) -> u16 {
-        match self.below(10) {
-            0 => 0,
-            1 => 0x0001,          // smallest subnormal
-            2 => 0x7bff,          // 65504
-            3 => 0x8000 | 0x3c00, // -1.0
-            _ => f32_to_f16(self.value().abs() * 0.01),
-        }
-    }
-}
+use inferno_core::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
 
 fn backends() -> Vec<&'static Kernels> {
     let all: Vec<_> = Kernels::available()
@@ -79,116 +19,15 @@ fn backends() -> Vec<&'static Kernels> {
     all
 }
 
-/// Bitwise equality, except that any NaN equals any NaN: Rust (RFC 3514) leaves the sign and
-/// payload of a NaN result unspecified when several NaNs meet (LLVM may commute `a + b`), so the
-/// reference itself does not fix them; that a result is NaN is fixed.
+/// [`bits_eq`] as an assertion.
 fn assert_bits_eq(what: &str, backend: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what} [{backend}]: lengths");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-            "{what} [{backend}]: element {i}: got {g:e} ({:#010x}), reference {w:e} ({:#010x})",
-            g.to_bits(),
-            w.to_bits()
-        );
+    if let Err(e) = bits_eq(what, backend, got, want) {
+        panic!("{e}");
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // matmul
-
-fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Matrix {
-    let n = rows * cols;
-    let nb = n / QK;
-    let data = match ty {
-        GgmlType::F32 => MatrixData::F32(rng.edgy_values(n, false)),
-        GgmlType::F16 => MatrixData::F16(
-            rng.edgy_values(n, false)
-                .into_iter()
-                .map(f32_to_f16)
-                .collect(),
-        ),
-        GgmlType::BF16 => MatrixData::BF16(
-            rng.edgy_values(n, false)
-                .into_iter()
-                .map(f32_to_bf16)
-                .collect(),
-        ),
-        GgmlType::Q4_0 => {
-            return Matrix::from_q4_0(
-                rows,
-                cols,
-                &(0..nb)
-                    .map(|_| BlockQ4_0 {
-                        d: rng.scale_f16(),
-                        qs: std::array::from_fn(|_| {
-                            if rng.below(16) == 0 {
-                                0x88
-                            } else {
-                                rng.next_u64() as u8
-                            }
-                        }),
-                    })
-                    .collect::<Vec<_>>(),
-            )
-        }
-        GgmlType::Q4_1 => {
-            return Matrix::from_q4_1(
-                rows,
-                cols,
-                &(0..nb)
-                    .map(|_| BlockQ4_1 {
-                        d: rng.scale_f16(),
-                        m: rng.scale_f16() ^ 0x8000,
-                        qs: std::array::from_fn(|_| {
-                            if rng.below(16) == 0 {
-                                0xff
-                            } else {
-                                rng.next_u64() as u8
-                            }
-                        }),
-                    })
-                    .collect::<Vec<_>>(),
-            )
-        }
-        GgmlType::Q8_0 => {
-            return Matrix::from_q8_0(
-                rows,
-                cols,
-                &(0..nb)
-                    .map(|_| BlockQ8_0 {
-                        d: rng.scale_f16(),
-                        qs: std::array::from_fn(|_| match rng.below(8) {
-                            0 => -128,
-                            1 => 127,
-                            2 => -127,
-                            _ => rng.next_u64() as i8,
-                        }),
-                    })
-                    .collect::<Vec<_>>(),
-            )
-        }
-    };
-    Matrix { rows, cols, data }
-}
-
-/// Activations of `tokens` x `cols`, quantized by the reference when the weights want Q8;
-/// some blocks all zero, some with one huge value, some at the int8 extremes.
-fn random_activations(rng: &mut Rng, tokens: usize, cols: usize) -> Vec<f32> {
-    let mut x = rng.edgy_values(tokens * cols, false);
-    for block in x.chunks_mut(QK) {
-        match rng.below(8) {
-            0 => block.fill(0.0),
-            1 => block[rng.below(block.len())] = 1e6,
-            2 => block
-                .iter_mut()
-                .enumerate()
-                .for_each(|(i, v)| *v = if i % 2 == 0 { 1.0 } else { -1.0 }),
-            _ => {}
-        }
-    }
-    x
-}
 
 fn check_matmul(
     ty: GgmlType,

@@ -20,6 +20,7 @@
 
 pub mod math;
 pub mod reference;
+pub mod testdata;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm32;
 #[cfg(target_arch = "x86_64")]

@@ -4,10 +4,11 @@
 //! the contract's awkward shapes (0, 1, 7, 8, 31, 32, 33, 63, 64, 65, 576, 1536, row and token
 //! tails) and edge values (+-0, subnormals, huge, inf, NaN, int8 extremes, zero blocks).
 
-use crate::kernels::{reference, Input, Kernels, KvSlice, Matrix, MatrixData};
-use crate::quant::{
-    f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, GgmlType, QK,
+use crate::kernels::testdata::{
+    bits_eq, q4_0_blocks, q4_1_blocks, q8_0_blocks, random_activations, random_matrix, Rng,
 };
+use crate::kernels::{reference, Input, Kernels, KvSlice};
+use crate::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
 
 /// Every entry of every wasm backend of this build against the reference; the first mismatch
 /// is returned with its parameters (a case name that replays it with the same seed).
@@ -29,96 +30,6 @@ pub fn self_test(seed: u64) -> Result<(), String> {
     attention(backends, seed)?;
     dot_q(backends, seed)?;
     matmul(backends, seed)?;
-    Ok(())
-}
-
-/// splitmix64: portable, seeded.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64, case: u64) -> Rng {
-        Rng(seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d))
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    /// Roughly normal, times a random power of two in [2^-8, 2^8].
-    fn value(&mut self) -> f32 {
-        let s: f32 = (0..4)
-            .map(|_| (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-            .sum();
-        (s - 2.0) * f32::from_bits(((self.below(17) as i32 - 8 + 127) as u32) << 23)
-    }
-    fn values(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.value()).collect()
-    }
-    /// Values with edge cases sprinkled in (about one in eight).
-    fn edgy_values(&mut self, n: usize, specials: bool) -> Vec<f32> {
-        const EDGES: [f32; 10] = [
-            0.0,
-            -0.0,
-            1e-40,
-            -1.4e-45,
-            1.2e-38,
-            1e30,
-            -3e38,
-            f32::MAX,
-            127.0,
-            -127.0,
-        ];
-        const SPECIALS: [f32; 3] = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
-        (0..n)
-            .map(|_| match self.below(8) {
-                0 if specials && self.below(4) == 0 => SPECIALS[self.below(SPECIALS.len())],
-                0 => EDGES[self.below(EDGES.len())],
-                _ => self.value(),
-            })
-            .collect()
-    }
-    /// f16 scale bits: mostly ordinary, sometimes zero, subnormal, huge or negative, and now
-    /// and then inf or NaN (a tile with one takes the kernels' exact-conversion path).
-    fn scale_f16(&mut self) -> u16 {
-        match self.below(64) {
-            0 => return 0x7c00,
-            1 => return 0xfe01,
-            _ => {}
-        }
-        match self.below(10) {
-            0 => 0,
-            1 => 0x0001,
-            2 => 0x7bff,
-            3 => 0x8000 | 0x3c00,
-            _ => f32_to_f16(self.value().abs() * 0.01),
-        }
-    }
-}
-
-/// Bitwise equality, except that any NaN equals any NaN: wasm (like Rust) leaves the sign and
-/// payload of a NaN result unspecified, so the reference itself does not fix them.
-fn bits_eq(what: &str, backend: &str, got: &[f32], want: &[f32]) -> Result<(), String> {
-    if got.len() != want.len() {
-        return Err(format!(
-            "{what} [{backend}]: lengths {} != {}",
-            got.len(),
-            want.len()
-        ));
-    }
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        if !(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())) {
-            return Err(format!(
-                "{what} [{backend}]: element {i}: got {g:e} ({:#010x}), reference {w:e} ({:#010x})",
-                g.to_bits(),
-                w.to_bits()
-            ));
-        }
-    }
     Ok(())
 }
 
@@ -411,93 +322,6 @@ fn attention(backends: &[&Kernels], seed: u64) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Q4_0 blocks with ordinary, zero, negative, subnormal and huge scales, and the extreme
-/// nibbles 0, 8 and 15 now and then.
-fn q4_0_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ4_0> {
-    (0..nb)
-        .map(|_| BlockQ4_0 {
-            d: rng.scale_f16(),
-            qs: std::array::from_fn(|_| match rng.below(16) {
-                0 => 0x88,
-                1 => 0xff,
-                2 => 0x00,
-                _ => rng.next_u64() as u8,
-            }),
-        })
-        .collect()
-}
-
-fn q4_1_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ4_1> {
-    (0..nb)
-        .map(|_| BlockQ4_1 {
-            d: rng.scale_f16(),
-            m: rng.scale_f16() ^ 0x8000,
-            qs: std::array::from_fn(|_| match rng.below(16) {
-                0 => 0xff,
-                1 => 0x00,
-                _ => rng.next_u64() as u8,
-            }),
-        })
-        .collect()
-}
-
-/// Q8_0 blocks with -128 (outside rule 4's range, still exact here), +-127 now and then.
-fn q8_0_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ8_0> {
-    (0..nb)
-        .map(|_| BlockQ8_0 {
-            d: rng.scale_f16(),
-            qs: std::array::from_fn(|_| match rng.below(8) {
-                0 => -128,
-                1 => 127,
-                2 => -127,
-                _ => rng.next_u64() as i8,
-            }),
-        })
-        .collect()
-}
-
-fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Matrix {
-    let n = rows * cols;
-    let nb = n / QK;
-    let data = match ty {
-        GgmlType::F32 => MatrixData::F32(rng.edgy_values(n, false)),
-        GgmlType::F16 => MatrixData::F16(
-            rng.edgy_values(n, false)
-                .into_iter()
-                .map(f32_to_f16)
-                .collect(),
-        ),
-        GgmlType::BF16 => MatrixData::BF16(
-            rng.edgy_values(n, false)
-                .into_iter()
-                .map(f32_to_bf16)
-                .collect(),
-        ),
-        GgmlType::Q4_0 => return Matrix::from_q4_0(rows, cols, &q4_0_blocks(rng, nb)),
-        GgmlType::Q4_1 => return Matrix::from_q4_1(rows, cols, &q4_1_blocks(rng, nb)),
-        GgmlType::Q8_0 => return Matrix::from_q8_0(rows, cols, &q8_0_blocks(rng, nb)),
-    };
-    Matrix { rows, cols, data }
-}
-
-/// Activations of `tokens` x `cols`; some blocks all zero, some with one huge value, some at
-/// the int8 extremes.
-fn random_activations(rng: &mut Rng, tokens: usize, cols: usize) -> Vec<f32> {
-    let mut x = rng.edgy_values(tokens * cols, false);
-    for block in x.chunks_mut(QK) {
-        match rng.below(8) {
-            0 => block.fill(0.0),
-            1 => block[rng.below(block.len())] = 1e6,
-            2 => block
-                .iter_mut()
-                .enumerate()
-                .for_each(|(i, v)| *v = if i % 2 == 0 { 1.0 } else { -1.0 }),
-            _ => {}
-        }
-    }
-    x
 }
 
 fn dot_q(backends: &[&Kernels], seed: u64) -> Result<(), String> {
