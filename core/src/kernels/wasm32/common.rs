@@ -394,7 +394,8 @@ fn attention_n<L: Lanes, const N: usize>(
     if heads == 0 {
         return;
     }
-    // Uninitialized: zeroing 2 x 16 KiB per call is a large share of a short call's time.
+    // Left uninitialized: zeroing would add 2 x 16 KiB of stores to every call, and decode
+    // makes one per (layer, item); rows 0..end - start are written before they are read.
     let mut kbuf = [[MaybeUninit::<[v128; 2]>::uninit(); ATTENTION_BLOCK]; N];
     let mut vbuf = kbuf;
     let mut scores = [0.0f32; ATTENTION_BLOCK];
@@ -402,7 +403,7 @@ fn attention_n<L: Lanes, const N: usize>(
     let per_pass = (PAIRS_PER_PASS / heads).max(1);
     for (pass, (q, out)) in q.chunks(per_pass).zip(out.chunks_mut(per_pass)).enumerate() {
         let first = n_pos + pass * per_pass; // positions the pass's first query sees
-        let last = first + q.len() - 1;
+        let most = first + q.len() - 1; // positions its last query sees
         let pairs = q.len() * heads;
         let mut m = [f32::NEG_INFINITY; PAIRS_PER_PASS];
         let mut l = [0.0f32; PAIRS_PER_PASS];
@@ -410,8 +411,8 @@ fn attention_n<L: Lanes, const N: usize>(
             o.fill(0.0);
         }
         let mut start = 0;
-        while start < last {
-            let end = (start + ATTENTION_BLOCK).min(last);
+        while start < most {
+            let end = (start + ATTENTION_BLOCK).min(most);
             for t in start..end {
                 let k = &keys[t * stride + offset..t * stride + offset + hd];
                 let v = &values[t * stride + offset..t * stride + offset + hd];

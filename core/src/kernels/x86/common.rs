@@ -374,8 +374,8 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
     // SAFETY: the caller checked that every q[i] and out[i] holds the same multiple of 8N
     // values, offset + 8N <= stride and (n_pos + q.len() - 1) * stride <= keys.len(),
     // values.len(); avx2 + f16c are enabled in the caller. Buffer rows 0..end - start are
-    // written before they are read (uninitialized: zeroing 2 x 16 KiB per call cost a quarter
-    // of the kernel's time in prefill).
+    // written before they are read (left uninitialized: zeroing would add 2 x 16 KiB of stores
+    // to every call, and decode makes one per (layer, item)).
     unsafe {
         let hd = 8 * N;
         let heads = q.first().map_or(0, |q0| q0.len() / hd);
@@ -389,7 +389,7 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
         let per_pass = (PAIRS_PER_PASS / heads).max(1);
         for (pass, (q, out)) in q.chunks(per_pass).zip(out.chunks_mut(per_pass)).enumerate() {
             let first = n_pos + pass * per_pass; // positions the pass's first query sees
-            let last = first + q.len() - 1;
+            let most = first + q.len() - 1; // positions its last query sees
             let pairs = q.len() * heads;
             let mut m = [f32::NEG_INFINITY; PAIRS_PER_PASS];
             let mut l = [0.0f32; PAIRS_PER_PASS];
@@ -397,8 +397,8 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
                 o.fill(0.0);
             }
             let mut start = 0;
-            while start < last {
-                let end = (start + ATTENTION_BLOCK).min(last);
+            while start < most {
+                let end = (start + ATTENTION_BLOCK).min(most);
                 for t in start..end {
                     let k = keys.as_ptr().add(t * stride + offset);
                     let v = values.as_ptr().add(t * stride + offset);
