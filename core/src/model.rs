@@ -541,20 +541,21 @@ impl Weights {
     }
 }
 
-/// The first `n` elements of a reused buffer, grown if needed (allocates only while growing).
 /// Query heads per attention work item: a whole group of one KV head (its cache read once), or,
-/// when that leaves fewer than two items per thread for a single token, the largest divisor of
-/// the group that does (one head at worst), so decode still spreads over the threads.
+/// when a single token has fewer groups than threads, the largest divisor of the group that
+/// gives every thread an item (one head at worst). Reading the cache once per group beats an even
+/// split: SmolLM2 (3 groups) decodes ~20-40% faster on 2 threads with 3 uneven items than with 9.
 fn attention_heads_per_item(n_heads: usize, group: usize, tokens: usize, threads: usize) -> usize {
     if tokens > 1 || threads <= 1 {
         return group;
     }
     (1..=group)
         .rev()
-        .find(|&d| group.is_multiple_of(d) && n_heads / d >= 2 * threads)
+        .find(|&d| group.is_multiple_of(d) && n_heads / d >= threads)
         .unwrap_or(1)
 }
 
+/// The first `n` elements of a reused buffer, grown if needed (allocates only while growing).
 fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
@@ -881,14 +882,15 @@ mod tests {
     use super::attention_heads_per_item;
 
     #[test]
-    fn attention_heads_per_item_whole_groups_unless_decode_would_starve_threads() {
+    fn attention_heads_per_item_whole_groups_unless_a_token_has_fewer_groups_than_threads() {
         // SmolLM2: 9 heads in 3 groups of 3.
         assert_eq!(attention_heads_per_item(9, 3, 1, 1), 3);
-        assert_eq!(attention_heads_per_item(9, 3, 1, 2), 1);
-        assert_eq!(attention_heads_per_item(9, 3, 16, 2), 3);
+        assert_eq!(attention_heads_per_item(9, 3, 1, 2), 3);
+        assert_eq!(attention_heads_per_item(9, 3, 1, 4), 1);
+        assert_eq!(attention_heads_per_item(9, 3, 16, 8), 3);
         // TinyLlama: 32 heads in 4 groups of 8.
-        assert_eq!(attention_heads_per_item(32, 8, 1, 2), 8);
-        assert_eq!(attention_heads_per_item(32, 8, 1, 4), 4);
+        assert_eq!(attention_heads_per_item(32, 8, 1, 4), 8);
+        assert_eq!(attention_heads_per_item(32, 8, 1, 8), 4);
         assert_eq!(attention_heads_per_item(32, 8, 1, 64), 1);
         // No GQA.
         assert_eq!(attention_heads_per_item(2, 1, 1, 8), 1);
