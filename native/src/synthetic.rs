@@ -11,7 +11,8 @@ use inferno_core::config::ModelConfig;
 use inferno_core::formats::gguf::{GgufFile, GgufWriter, Value};
 use inferno_core::quant::{quantize_bytes, GgmlType};
 
-/// Dimensions of a synthetic Llama model.
+/// Dimensions of a synthetic Llama model: the part of a [`ModelConfig`] the generator can
+/// write (no biases, QK norms or RoPE scaling), so a shape cannot ask for tensors it never makes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyntheticShape {
     pub dim: usize,

@@ -185,3 +185,43 @@ mod tests {
         assert_eq!(tiles[0].qs[32 + 8..32 + 12], blocks[2 * nb].qs[4..8]);
     }
 }
+
+/// The shapes every SIMD backend's quantized matmul asserts for a call over `tiles` (a tiled
+/// matrix of `rows` rows and `nb` blocks per row), output rows `first_row..` and `x_blocks`
+/// activation blocks: returns (tokens, output rows per token).
+pub fn check_matmul_q(
+    tiles: usize,
+    rows: usize,
+    nb: usize,
+    first_row: usize,
+    x_blocks: usize,
+    out: &[&mut [f32]],
+) -> (usize, usize) {
+    let n_tokens = out.len();
+    let n_rows = out.first().map_or(0, |o| o.len());
+    assert!(
+        out.iter().all(|o| o.len() == n_rows),
+        "matmul: token outputs differ in length"
+    );
+    assert!(
+        first_row + n_rows <= rows
+            && rows.div_ceil(TILE_ROWS) * nb <= tiles
+            && n_tokens * nb <= x_blocks,
+        "matmul: rows or tokens out of range"
+    );
+    (n_tokens, n_rows)
+}
+
+/// For `groups` consecutive row groups from group `g`, of a call asking for rows
+/// `first_row..end_row`: the lanes it keeps (`lo..hi` of their `TILE_ROWS * groups` lanes) and
+/// where the first kept lane goes in each token's output (`at`).
+pub fn group_lanes(
+    g: usize,
+    groups: usize,
+    first_row: usize,
+    end_row: usize,
+) -> (usize, usize, usize) {
+    let lo = first_row.max(g * TILE_ROWS) - g * TILE_ROWS;
+    let hi = end_row.min((g + groups) * TILE_ROWS) - g * TILE_ROWS;
+    (lo, hi, g * TILE_ROWS + lo - first_row)
+}

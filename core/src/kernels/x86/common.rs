@@ -8,7 +8,9 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::ATTENTION_BLOCK;
-use crate::quant::repack::{tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS};
+use crate::quant::repack::{
+    check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS,
+};
 use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ8Act, QK};
 
 /// How a backend accumulates exact integer dots of unsigned bytes with signed bytes: lane i of
@@ -714,18 +716,7 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
     x: &[BlockQ8Act],
     out: &mut [&mut [f32]],
 ) {
-    let n_tokens = out.len();
-    let n_rows = out.first().map_or(0, |o| o.len());
-    assert!(
-        out.iter().all(|o| o.len() == n_rows),
-        "matmul: token outputs differ in length"
-    );
-    assert!(
-        first_row + n_rows <= rows
-            && rows.div_ceil(ROWS) * nb <= tiles.len()
-            && n_tokens * nb <= x.len(),
-        "matmul: rows or tokens out of range"
-    );
+    let (n_tokens, n_rows) = check_matmul_q(tiles.len(), rows, nb, first_row, x.len(), out);
     if n_rows == 0 {
         return;
     }
@@ -738,9 +729,7 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
         while g < g_end {
             // 16 rows (two groups) per pass when the backend has 512-bit registers.
             let groups = if D::PAIRS && g + 1 < g_end { 2 } else { 1 };
-            let lane_lo = first_row.max(g * ROWS) - g * ROWS;
-            let lane_hi = end_row.min((g + groups) * ROWS) - g * ROWS;
-            let at = g * ROWS + lane_lo - first_row;
+            let (lane_lo, lane_hi, at) = group_lanes(g, groups, first_row, end_row);
             let group = tiles.as_ptr().add(g * nb);
             let mut t0 = 0;
             while t0 < n_tokens {
