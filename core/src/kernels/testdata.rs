@@ -3,6 +3,7 @@
 //! meet the same edge values (+-0, subnormals, huge, inf, NaN, int8 extremes, zero blocks,
 //! inf/NaN scales). Not used by inference.
 
+use crate::kernels::math::{EXP_OVERFLOW, EXP_UNDERFLOW};
 use crate::kernels::{Matrix, MatrixData};
 use crate::quant::{f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, QK};
 
@@ -190,4 +191,34 @@ pub fn bits_eq(what: &str, backend: &str, got: &[f32], want: &[f32]) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Inputs for the exp twins: every 4099th bit pattern (all signs, exponents, NaNs), a dense
+/// sweep over the range where exp is neither 0 nor inf, and the special values.
+pub fn exp_inputs() -> Vec<f32> {
+    let mut xs: Vec<f32> = (0..=u32::MAX / 4099)
+        .map(|i| f32::from_bits(i * 4099))
+        .collect();
+    let mut x = -110.0f32;
+    while x < 95.0 {
+        xs.push(x);
+        x += 0.000_731;
+    }
+    xs.extend([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        EXP_OVERFLOW,
+        EXP_UNDERFLOW,
+        f32::from_bits(EXP_OVERFLOW.to_bits() + 1),
+        f32::from_bits(EXP_UNDERFLOW.to_bits() + 1),
+        f32::MAX,
+        f32::MIN,
+        f32::MIN_POSITIVE,
+        1e-45,
+    ]);
+    xs
 }

@@ -33,36 +33,13 @@ pub fn self_test(seed: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Every 4099th bit pattern, a dense sweep where exp is neither 0 nor inf, and the specials.
+/// exp4 against math::exp on [`crate::kernels::testdata::exp_inputs`].
 #[cfg(target_feature = "simd128")]
 fn exp_twin() -> Result<(), String> {
     use super::common::exp4;
-    use crate::kernels::math::{exp, EXP_OVERFLOW, EXP_UNDERFLOW};
+    use crate::kernels::math::exp;
     use core::arch::wasm32::*;
-    let mut xs: Vec<f32> = (0..=u32::MAX / 4099)
-        .map(|i| f32::from_bits(i * 4099))
-        .collect();
-    let mut x = -110.0f32;
-    while x < 95.0 {
-        xs.push(x);
-        x += 0.000_731;
-    }
-    xs.extend([
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        -f32::NAN,
-        EXP_OVERFLOW,
-        EXP_UNDERFLOW,
-        f32::from_bits(EXP_OVERFLOW.to_bits() + 1),
-        f32::from_bits(EXP_UNDERFLOW.to_bits() + 1),
-        f32::MAX,
-        f32::MIN,
-        f32::MIN_POSITIVE,
-        1e-45,
-    ]);
+    let xs = crate::kernels::testdata::exp_inputs();
     for c in xs.chunks(4) {
         let mut v = [0.0f32; 4];
         v[..c.len()].copy_from_slice(c);

@@ -831,38 +831,8 @@ mod tests {
         "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
     );
 
-    /// Every 4099th bit pattern (all signs, exponents, NaNs), a dense sweep over the range
-    /// where exp is neither 0 nor inf, and the special values.
-    fn inputs() -> Vec<f32> {
-        let mut xs: Vec<f32> = (0..=u32::MAX / 4099)
-            .map(|i| f32::from_bits(i * 4099))
-            .collect();
-        let mut x = -110.0f32;
-        while x < 95.0 {
-            xs.push(x);
-            x += 0.000_731;
-        }
-        xs.extend([
-            0.0,
-            -0.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            -f32::NAN,
-            EXP_OVERFLOW,
-            EXP_UNDERFLOW,
-            f32::from_bits(EXP_OVERFLOW.to_bits() + 1),
-            f32::from_bits(EXP_UNDERFLOW.to_bits() + 1),
-            f32::MAX,
-            f32::MIN,
-            f32::MIN_POSITIVE,
-            1e-45,
-        ]);
-        xs
-    }
-
     fn check(name: &str, exp8: unsafe fn(&[f32; 8]) -> [f32; 8]) {
-        let xs = inputs();
+        let xs = crate::kernels::testdata::exp_inputs();
         for chunk in xs.chunks(8) {
             let mut x = [0.0f32; 8];
             x[..chunk.len()].copy_from_slice(chunk);
