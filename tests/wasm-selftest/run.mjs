@@ -1,7 +1,7 @@
 // Runs the wasm kernels' self test (and optionally the matmul benchmark) in a plain
 // wasm32-unknown-unknown module built from this crate, with no wasm-bindgen.
 //
-//   node run.mjs <file.wasm> [--expect reference,simd128] [--seed N] [--bench]
+//   node run.mjs <file.wasm> [--expect reference,simd128] [--seed N] [--bench] [--chromium]
 //   node --experimental-wasm-relaxed-simd --no-liftoff run.mjs <relaxed.wasm> ...
 //
 // Prints one line per result; exits 0 when every backend equals the reference bitwise (and
@@ -62,28 +62,57 @@ console.log(simd.length === 0
   ? `${file}: ok, reference only (no SIMD backend in this build)`
   : `${file}: ok, ${simd.join(', ')} equal the reference bitwise (seed ${seed}, ${seconds} s)`);
 
-if (args.includes('--bench')) {
-  const rows = 1536;
+// The matmul benchmark, self-contained so it can also run inside a Chromium page (its source
+// is sent there): `exports` are the instance's exports, `names` the backends. Returns lines.
+function benchMatmul(exports, names) {
   const cols = 576;
-  for (const tokens of [1, 16]) {
-    wasm.inferno_bench_setup(tokens);
-    backends.forEach((name, index) => {
-      wasm.inferno_bench_run(index, 3);
+  const lines = [];
+  // [type, kind, rows, tokens]: a layer's FFN matrix (L2-sized) for decode and prefill, and
+  // the tied output head (30 MB, streamed from memory) for decode.
+  const cases = [['Q4_1', 0, 1536, 1], ['Q4_1', 0, 1536, 16], ['Q8_0', 1, 49152, 1]];
+  for (const [type, kind, rows, tokens] of cases) {
+    exports.inferno_bench_setup(kind, rows, tokens);
+    names.forEach((name, index) => {
+      const iterations = Math.max(1, Math.round(300000 / (rows * tokens)));
+      exports.inferno_bench_run(index, iterations);
       const times = [];
-      let iterations = 0;
-      for (let trial = 0; trial < 5; trial++) {
-        iterations = Math.max(1, Math.round(200 / tokens));
+      for (let trial = 0; trial < 7; trial++) {
         const t0 = performance.now();
-        wasm.inferno_bench_run(index, iterations);
+        exports.inferno_bench_run(index, iterations);
         times.push((performance.now() - t0) / 1000);
       }
       times.sort((a, b) => a - b);
-      const perCall = times[2] / iterations;
+      const perCall = times[3] / iterations;
       const gops = (2 * rows * cols * tokens) / perCall / 1e9;
-      const rowsPerSecond = (rows * tokens) / perCall;
-      console.log(`bench matmul Q4_1 ${rows}x${cols} tokens ${tokens} [${name}]: ` +
-        `${(perCall * 1e6).toFixed(0)} us/call, ${(rowsPerSecond / 1e6).toFixed(2)} M rows/s, ` +
-        `${gops.toFixed(1)} GOPS`);
+      lines.push(`bench matmul ${type} ${rows}x${cols} tokens ${tokens} [${name}]: ` +
+        `${(perCall * 1e6).toFixed(0)} us/call, ${gops.toFixed(1)} GOPS`);
     });
+  }
+  return lines;
+}
+
+if (args.includes('--bench')) {
+  for (const line of benchMatmul(wasm, backends)) console.log(line);
+}
+
+// The same benchmark in headless Chromium (the engine the page runs on, newer than Node's).
+if (args.includes('--chromium')) {
+  const { launchChromium } = await import('../wasm/chromium.mjs');
+  const { page, close } = await launchChromium();
+  try {
+    const lines = await page.evaluate(async ({ base64, names, source }) => {
+      const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+      const module = await WebAssembly.compile(bytes);
+      const imports = {};
+      for (const { module: from, name } of WebAssembly.Module.imports(module)) {
+        imports[from] ??= {};
+        imports[from][name] = () => { throw new Error(`${from}.${name} called`); };
+      }
+      const instance = await WebAssembly.instantiate(module, imports);
+      return (0, eval)(`(${source})`)(instance.exports, names);
+    }, { base64: bytes.toString('base64'), names: backends, source: benchMatmul.toString() });
+    for (const line of lines) console.log(`chromium: ${line}`);
+  } finally {
+    await close();
   }
 }

@@ -4,15 +4,20 @@
 use std::time::Instant;
 
 use inferno_core::kernels::Kernels;
-use inferno_wasm_selftest::{inferno_bench_run, inferno_bench_setup, BENCH_COLS, BENCH_ROWS};
+use inferno_wasm_selftest::{inferno_bench_run, inferno_bench_setup, BENCH_COLS};
 
 fn main() {
-    for tokens in [1u32, 16] {
-        inferno_bench_setup(tokens);
+    // (type, kind, rows, tokens): the cases of run.mjs.
+    for (name, kind, rows, tokens) in [
+        ("Q4_1", 0u32, 1536u32, 1u32),
+        ("Q4_1", 0, 1536, 16),
+        ("Q8_0", 1, 49152, 1),
+    ] {
+        inferno_bench_setup(kind, rows, tokens);
         for (index, kernels) in Kernels::available().iter().enumerate() {
-            inferno_bench_run(index as u32, 3);
-            let iterations = (200 / tokens).max(1);
-            let mut times: Vec<f64> = (0..5)
+            let iterations = (300_000 / (rows * tokens)).max(1);
+            inferno_bench_run(index as u32, iterations);
+            let mut times: Vec<f64> = (0..7)
                 .map(|_| {
                     let t0 = Instant::now();
                     inferno_bench_run(index as u32, iterations);
@@ -20,14 +25,13 @@ fn main() {
                 })
                 .collect();
             times.sort_by(f64::total_cmp);
-            let per_call = times[2] / iterations as f64;
-            let work = (BENCH_ROWS * BENCH_COLS) as f64 * tokens as f64;
+            let per_call = times[3] / iterations as f64;
+            let work = rows as f64 * BENCH_COLS as f64 * tokens as f64;
             println!(
-                "bench matmul Q4_1 {BENCH_ROWS}x{BENCH_COLS} tokens {tokens} [{}]: {:.0} us/call, \
-                 {:.2} M rows/s, {:.1} GOPS",
+                "bench matmul {name} {rows}x{BENCH_COLS} tokens {tokens} [{}]: {:.0} us/call, \
+                 {:.1} GOPS",
                 kernels.name,
                 per_call * 1e6,
-                BENCH_ROWS as f64 * tokens as f64 / per_call / 1e6,
                 2.0 * work / per_call / 1e9
             );
         }

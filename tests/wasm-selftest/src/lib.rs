@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 
 use inferno_core::kernels::{Input, Kernels, Matrix};
-use inferno_core::quant::{BlockQ4_1, BlockQ8Act, QK};
+use inferno_core::quant::{BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
 
 static MESSAGE: Mutex<String> = Mutex::new(String::new());
 
@@ -64,10 +64,11 @@ fn self_test(_seed: u64) -> Result<(), String> {
     Err("the self test runs inside the wasm build (make wasm-selftest)".into())
 }
 
-/// The benchmark's data: a SmolLM2-135M-sized FFN matrix (1536 x 576, Q4_1) and `tokens`
-/// quantized activations.
+/// The benchmark's data: a quantized matrix of SmolLM2-135M's width (576 columns; Q4_1 as its
+/// layers, Q8_0 as its tied output head) and `tokens` quantized activations.
 struct Bench {
     w: Matrix,
+    rows: usize,
     x: Vec<BlockQ8Act>,
     out: Vec<f32>,
     tokens: usize,
@@ -75,14 +76,14 @@ struct Bench {
 
 static BENCH: Mutex<Option<Bench>> = Mutex::new(None);
 
-/// Rows and columns of the benchmark matrix.
-pub const BENCH_ROWS: usize = 1536;
+/// Columns of the benchmark matrix.
 pub const BENCH_COLS: usize = 576;
 
-/// Prepares the benchmark for `tokens` tokens (deterministic pseudo-random data).
+/// Prepares the benchmark: a `rows` x 576 matrix of `kind` 0 = Q4_1 or 1 = Q8_0, and `tokens`
+/// tokens (deterministic pseudo-random data).
 #[no_mangle]
-pub extern "C" fn inferno_bench_setup(tokens: u32) {
-    let tokens = tokens.max(1) as usize;
+pub extern "C" fn inferno_bench_setup(kind: u32, rows: u32, tokens: u32) {
+    let (rows, tokens) = (rows.max(1) as usize, tokens.max(1) as usize);
     let mut state = 0x1234_5678_u32;
     let mut next = move || {
         state ^= state << 13;
@@ -91,21 +92,37 @@ pub extern "C" fn inferno_bench_setup(tokens: u32) {
         state
     };
     let nb = BENCH_COLS / QK;
-    let blocks: Vec<BlockQ4_1> = (0..BENCH_ROWS * nb)
-        .map(|_| BlockQ4_1 {
-            d: 0x2000 | (next() & 0x3ff) as u16,
-            m: 0xa000 | (next() & 0x3ff) as u16,
-            qs: std::array::from_fn(|_| next() as u8),
-        })
-        .collect();
-    let w = Matrix::from_q4_1(BENCH_ROWS, BENCH_COLS, &blocks);
+    let w = if kind == 1 {
+        let blocks: Vec<BlockQ8_0> = (0..rows * nb)
+            .map(|_| BlockQ8_0 {
+                d: 0x2000 | (next() & 0x3ff) as u16,
+                qs: std::array::from_fn(|_| (next() % 255) as i8 - 127),
+            })
+            .collect();
+        Matrix::from_q8_0(rows, BENCH_COLS, &blocks)
+    } else {
+        let blocks: Vec<BlockQ4_1> = (0..rows * nb)
+            .map(|_| BlockQ4_1 {
+                d: 0x2000 | (next() & 0x3ff) as u16,
+                m: 0xa000 | (next() & 0x3ff) as u16,
+                qs: std::array::from_fn(|_| next() as u8),
+            })
+            .collect();
+        Matrix::from_q4_1(rows, BENCH_COLS, &blocks)
+    };
     let xf: Vec<f32> = (0..tokens * BENCH_COLS)
         .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
         .collect();
     let mut x = vec![BlockQ8Act::default(); tokens * nb];
     inferno_core::kernels::reference::quantize_q8(&xf, &mut x);
-    let out = vec![0.0; tokens * BENCH_ROWS];
-    *BENCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bench { w, x, out, tokens });
+    let out = vec![0.0; tokens * rows];
+    *BENCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bench {
+        w,
+        rows,
+        x,
+        out,
+        tokens,
+    });
 }
 
 /// Runs the benchmark matmul `iterations` times with backend `backend` (an index into
@@ -120,9 +137,15 @@ pub extern "C" fn inferno_bench_run(backend: u32, iterations: u32) -> f32 {
     let Some(kernels) = all.get(backend as usize) else {
         return f32::NAN;
     };
-    let Bench { w, x, out, tokens } = bench;
+    let Bench {
+        w,
+        rows,
+        x,
+        out,
+        tokens,
+    } = bench;
     for _ in 0..iterations {
-        let mut outs: Vec<&mut [f32]> = out.chunks_mut(BENCH_ROWS).take(*tokens).collect();
+        let mut outs: Vec<&mut [f32]> = out.chunks_mut(*rows).take(*tokens).collect();
         (kernels.matmul)(w, 0, &Input::Q8(x), &mut outs);
     }
     out.iter().sum()

@@ -73,12 +73,37 @@ pub fn f16x4_to_f32x4(h: v128) -> v128 {
     v128_or(v128_bitselect(inf_nan, finite, is_inf_nan), sign)
 }
 
+/// f16 bits, sign-extended into each i32 lane -> f32, for finite values: shifted left by 13, the
+/// exponent and mantissa land in place and copies of the sign in bits 28..31, of which the mask
+/// keeps bit 31; then scaled by 2^112, exact for normals, subnormals and zeros (a power-of-two
+/// factor keeps the sign). Four operations instead of [`f16x4_to_f32x4`]'s ten; wrong for
+/// inf/NaN, so callers use it only where [`inf_nan_lanes`] found none.
+#[inline(always)]
+fn finite_f16x4_to_f32x4(h: v128) -> v128 {
+    let bits = v128_and(i32x4_shl(h, 13), u32x4_splat(0x8fff_ffff));
+    f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)))
+}
+
+/// All-ones in each u16 lane of `h` (f16 bits) whose exponent is all ones (inf or NaN).
+#[inline(always)]
+fn inf_nan_lanes(h: v128) -> v128 {
+    let exponent = u16x8_splat(0x7c00);
+    i16x8_eq(v128_and(h, exponent), exponent)
+}
+
 /// Element types a rule-2 dot can read 8 at a time as two f32x4, exactly.
 pub trait Lanes {
     type Elem: Copy;
     /// Elements `s[i..i + 8]`.
     fn load8(s: &[Self::Elem], i: usize) -> [v128; 2];
     fn load1(e: Self::Elem) -> f32;
+    /// [`Lanes::load8`] by a shorter conversion that is exact unless an element is inf or NaN;
+    /// a lane of `special` becomes nonzero if one is (then the caller must use `load8`).
+    #[inline(always)]
+    fn load8_finite(s: &[Self::Elem], i: usize, special: &mut v128) -> [v128; 2] {
+        let _ = special;
+        Self::load8(s, i)
+    }
 }
 
 pub struct F32Lanes;
@@ -111,6 +136,15 @@ impl Lanes for F16Lanes {
     #[inline(always)]
     fn load1(e: u16) -> f32 {
         f16_to_f32(e)
+    }
+    #[inline(always)]
+    fn load8_finite(s: &[u16], i: usize, special: &mut v128) -> [v128; 2] {
+        let h = load_u16x8(s, i);
+        *special = v128_or(*special, inf_nan_lanes(h));
+        [
+            finite_f16x4_to_f32x4(i32x4_extend_low_i16x8(h)),
+            finite_f16x4_to_f32x4(i32x4_extend_high_i16x8(h)),
+        ]
     }
 }
 
@@ -415,12 +449,25 @@ fn attention_n<L: Lanes, const N: usize>(
         let mut start = 0;
         while start < most {
             let end = (start + ATTENTION_BLOCK).min(most);
+            // The short conversion, redone exactly if the block holds an inf or NaN (only an
+            // overflowing K or V makes one).
+            let mut special = u8x16_splat(0);
             for t in start..end {
                 let k = &keys[t * stride + offset..t * stride + offset + hd];
                 let v = &values[t * stride + offset..t * stride + offset + hd];
                 for j in 0..N {
-                    kbuf[j][t - start].write(L::load8(k, 8 * j));
-                    vbuf[j][t - start].write(L::load8(v, 8 * j));
+                    kbuf[j][t - start].write(L::load8_finite(k, 8 * j, &mut special));
+                    vbuf[j][t - start].write(L::load8_finite(v, 8 * j, &mut special));
+                }
+            }
+            if v128_any_true(special) {
+                for t in start..end {
+                    let k = &keys[t * stride + offset..t * stride + offset + hd];
+                    let v = &values[t * stride + offset..t * stride + offset + hd];
+                    for j in 0..N {
+                        kbuf[j][t - start].write(L::load8(k, 8 * j));
+                        vbuf[j][t - start].write(L::load8(v, 8 * j));
+                    }
                 }
             }
             // Query i sees positions start..end_i of this block; those already past their
@@ -568,26 +615,11 @@ pub trait WeightTile: Tile {
     fn scales(&self) -> ([v128; 2], [v128; 2]);
 }
 
-/// f16 bits (in the low half of each u32 lane) -> f32 for finite values: the magnitude's bits
-/// shifted into place with the sign, then scaled by 2^112, exact for normals, subnormals and
-/// zeros (a power-of-two factor keeps the sign). Wrong for inf/NaN: [`f16x8_to_f32`] only uses
-/// it when the 8 lanes have none.
-#[inline(always)]
-fn finite_f16x4_to_f32x4(h: v128) -> v128 {
-    let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
-    let shifted = i32x4_shl(v128_and(h, u32x4_splat(0x7fff)), 13);
-    f32x4_mul(
-        v128_or(shifted, sign),
-        f32x4_splat(f32::from_bits((127 + 112) << 23)),
-    )
-}
-
 /// Whether no lane of `h` (f16 bits, or the OR of two such vectors) has an all-ones exponent.
 /// OR-ing two vectors can only add false alarms (the exact path), never miss an inf/NaN.
 #[inline(always)]
 fn no_inf_nan(h: v128) -> bool {
-    let exponent = u16x8_splat(0x7c00);
-    !v128_any_true(i16x8_eq(v128_and(h, exponent), exponent))
+    !v128_any_true(inf_nan_lanes(h))
 }
 
 /// 8 f16s as two f32x4, exactly: the short finite conversion when `finite` (the caller checked
@@ -595,11 +627,16 @@ fn no_inf_nan(h: v128) -> bool {
 /// check costs less than the special cases it skips (decode matmul ~30% faster).
 #[inline(always)]
 fn f16x8_to_f32(h: v128, finite: bool) -> [v128; 2] {
-    let (lo, hi) = (u32x4_extend_low_u16x8(h), u32x4_extend_high_u16x8(h));
     if finite {
-        [finite_f16x4_to_f32x4(lo), finite_f16x4_to_f32x4(hi)]
+        [
+            finite_f16x4_to_f32x4(i32x4_extend_low_i16x8(h)),
+            finite_f16x4_to_f32x4(i32x4_extend_high_i16x8(h)),
+        ]
     } else {
-        [f16x4_to_f32x4(lo), f16x4_to_f32x4(hi)]
+        [
+            f16x4_to_f32x4(u32x4_extend_low_u16x8(h)),
+            f16x4_to_f32x4(u32x4_extend_high_u16x8(h)),
+        ]
     }
 }
 
