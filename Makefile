@@ -2,6 +2,7 @@
 #   make run [PROMPT="..."]   fetch the default model (once), build, answer a prompt, streamed
 #   make test                 everything the project promises, checked (what CI runs)
 #   make serve                build the wasm and serve the chat page + model on 127.0.0.1:8080
+#                             (cross-origin isolated, so the page runs the threads build)
 
 PROMPT ?= Explain in two sentences why the sky is blue.
 CARGO  ?= cargo
@@ -45,8 +46,9 @@ setup-wasm: setup
 WASM_PROFILE ?= wasm-release
 export WASM_PROFILE
 
-# Three builds into www/pkg/<variant>/: scalar reference, simd128, simd128 + relaxed-simd.
-WASM_VARIANTS ?= reference simd128 relaxed
+# Four builds into www/pkg/<variant>/: scalar reference, simd128, simd128 + relaxed-simd, and
+# relaxed with threads (shared memory; the page takes it when cross-origin isolated).
+WASM_VARIANTS ?= reference simd128 relaxed threads
 wasm: setup-wasm
 	@for v in $(WASM_VARIANTS); do ./scripts/build-wasm.sh $$v || exit 1; done
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds one browser variant of inferno-wasm into www/pkg/<variant>/ (wasm-bindgen --target web,
 # then wasm-opt -O3 from npm binaryen when installed). Variants: reference (scalar), simd128,
-# relaxed (simd128 + relaxed-simd). Each has its own target dir, so RUSTFLAGS never invalidate
-# another build's cache. Prints the time of each step.
+# relaxed (simd128 + relaxed-simd), threads (relaxed + atomics and shared memory, for a
+# cross-origin-isolated page: rayon's pool on Web Workers). Each has its own target dir, so
+# RUSTFLAGS never invalidate another build's cache. Prints the time of each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variant=${1:?usage: build-wasm.sh reference|simd128|relaxed}
@@ -10,16 +11,30 @@ case "$variant" in
     reference) features="" ;;
     simd128) features="+simd128" ;;
     relaxed) features="+simd128,+relaxed-simd" ;;
-    *) echo "unknown wasm variant '$variant' (reference, simd128, relaxed)" >&2; exit 2 ;;
+    threads) features="+simd128,+relaxed-simd,+atomics,+bulk-memory,+mutable-globals" ;;
+    *) echo "unknown wasm variant '$variant' (reference, simd128, relaxed, threads)" >&2; exit 2 ;;
 esac
 flags=""
 [ -n "$features" ] && flags="-C target-feature=$features"
+extra=()
+if [ "$variant" = threads ]; then
+    # Shared memory needs a std compiled with atomics (-Z build-std: RUSTC_BOOTSTRAP lets the
+    # pinned stable toolchain take it, with the rust-src component) and these link arguments:
+    # the memory imported and shared (4 GiB at most), and the TLS symbols each worker needs.
+    rustup component list --installed 2>/dev/null | grep -q '^rust-src' || rustup component add rust-src >&2
+    for arg in --shared-memory --import-memory --max-memory=4294967296 --export=__wasm_init_tls \
+        --export=__tls_size --export=__tls_align --export=__tls_base --export=__heap_base; do
+        flags="$flags -C link-arg=$arg"
+    done
+    export RUSTC_BOOTSTRAP=1
+    extra=(-Z build-std=panic_abort,std --features threads)
+fi
 profile=${WASM_PROFILE:-wasm-release}
 target_dir=target/wasm-$variant
 out=www/pkg/$variant
 t0=$(date +%s)
 RUSTFLAGS="$flags" cargo build --quiet -p inferno-wasm --target wasm32-unknown-unknown \
-    --profile "$profile" --target-dir "$target_dir"
+    --profile "$profile" --target-dir "$target_dir" "${extra[@]}"
 t1=$(date +%s)
 built="$target_dir/wasm32-unknown-unknown/$profile/inferno_wasm.wasm"
 if [ "$out/inferno_wasm_bg.wasm" -nt "$built" ] && [ "$out/inferno_wasm.js" -nt "$built" ]; then
@@ -35,6 +50,7 @@ if [ -x node_modules/.bin/wasm-opt ] && [ "${WASM_OPT:-1}" != 0 ]; then
     case "$variant" in
         simd128) enable="$enable --enable-simd" ;;
         relaxed) enable="$enable --enable-simd --enable-relaxed-simd" ;;
+        threads) enable="$enable --enable-simd --enable-relaxed-simd --enable-threads" ;;
     esac
     # shellcheck disable=SC2086
     node_modules/.bin/wasm-opt -O3 $enable "$out/inferno_wasm_bg.wasm" -o "$out/inferno_wasm_bg.wasm.opt"

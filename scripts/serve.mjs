@@ -16,6 +16,12 @@ const MIME = {
   '.svg': 'image/svg+xml', '.gguf': 'application/octet-stream', '.ico': 'image/x-icon',
 };
 
+// Cross-origin isolation: what lets a page share wasm memory with workers (the threads build).
+export const ISOLATED = {
+  'cross-origin-opener-policy': 'same-origin',
+  'cross-origin-embedder-policy': 'require-corp',
+};
+
 export function defaultModelPath() {
   const cache = process.env.INFERNO_CACHE || join(homedir(), '.cache', 'inferno');
   return process.env.INFERNO_MODEL || join(cache, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
@@ -77,6 +83,6 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
     const i = process.argv.indexOf(name);
     return i > 0 ? process.argv[i + 1] : fallback;
   };
-  const { url } = await startServer({ port: Number(arg('--port', 8080)), model: arg('--model', defaultModelPath()) });
+  const { url } = await startServer({ port: Number(arg('--port', 8080)), model: arg('--model', defaultModelPath()), headers: ISOLATED });
   console.log(`serving www/ and the model at ${url} (Ctrl-C to stop)`);
 }

@@ -1,6 +1,7 @@
 // The page: UI only. Every computation happens in worker.js; this file sends it the messages of
 // protocol.js and draws what comes back. URL parameters: ?model=URL (default model.gguf next to
-// the page), ?autoload=0 (wait for a click), ?variant=reference|simd128|relaxed (force a build),
+// the page), ?autoload=0 (wait for a click), ?variant=reference|simd128|relaxed|threads (force a
+// build), ?threads=N (threads of the threads build, which needs a cross-origin-isolated page),
 // ?maxModelMB=N (a lower size limit, for tests of the too-large error), ?sw=0 (no service worker).
 import { ToWorker, FromWorker, MAX_MODEL_BYTES } from './protocol.js';
 
@@ -17,8 +18,9 @@ let reply = null;        // the assistant message element being streamed
 let draftTimer = 0;
 
 function startWorker() {
-  const variant = params.get('variant');
-  worker = new Worker(`worker.js${variant ? `?variant=${encodeURIComponent(variant)}` : ''}`, { type: 'module' });
+  const forward = new URLSearchParams();
+  for (const name of ['variant', 'threads']) if (params.has(name)) forward.set(name, params.get(name));
+  worker = new Worker(`worker.js${forward.size ? `?${forward}` : ''}`, { type: 'module' });
   worker.onmessage = ({ data }) => on[data.type]?.(data);
   worker.onerror = (e) => showError(`the worker failed: ${e.message || e}`);
 }
@@ -79,8 +81,8 @@ function loadFromUrl() {
 
 // Worker -> page, one handler per message of protocol.js.
 const on = {
-  [FromWorker.WASM]({ variant }) {
-    $('model-status').textContent = `wasm build: ${variant}`;
+  [FromWorker.WASM]({ variant, threads }) {
+    $('model-status').textContent = `wasm build: ${variant}${threads > 1 ? `, ${threads} threads` : ''}`;
   },
   [FromWorker.DOWNLOAD]({ loaded: got, total, cached }) {
     $('download-progress').value = total ? got / total : 0;
@@ -90,13 +92,13 @@ const on = {
     $('load-progress').value = total ? done / total : 0;
     $('load-text').textContent = `${done} of ${total} tensors`;
   },
-  [FromWorker.LOADED]({ kernels, variant, config, ms, bytes, name }) {
+  [FromWorker.LOADED]({ kernels, variant, threads, config, ms, bytes, name }) {
     loaded = true;
     setBusy(false);
     $('load-progress').value = 1;
     $('load-text').textContent = `ready in ${(ms / 1000).toFixed(1)} s`;
     const layers = config.num_hidden_layers ?? '?';
-    $('model-status').textContent = `${name} (${mb(bytes)}, ${layers} layers) · wasm ${variant} · kernels ${kernels}`;
+    $('model-status').textContent = `${name} (${mb(bytes)}, ${layers} layers) · wasm ${variant}${threads > 1 ? ` · ${threads} threads` : ''} · kernels ${kernels}`;
     document.body.dataset.ready = '1';
     $('input').focus();
   },

@@ -14,10 +14,10 @@ export const ToWorker = {
 
 // Worker -> page.
 export const FromWorker = {
-  WASM: 'wasm',             // { variant }: which build was picked (reference, simd128, relaxed)
+  WASM: 'wasm',             // { variant, threads }: the build picked (reference, simd128, relaxed, threads)
   DOWNLOAD: 'download',     // { loaded, total, cached }: bytes of the model fetched so far
   LOAD: 'load',             // { done, total }: weights repacked so far
-  LOADED: 'loaded',         // { kernels, variant, config, ms, bytes, name }
+  LOADED: 'loaded',         // { kernels, variant, threads, config, ms, bytes, name }
   DRAFTED: 'drafted',       // { reused, prefilled, ms }
   TURN_START: 'turn-start', // { promptTokens, reused, prefilled, ms }
   TOKEN: 'token',           // { text }

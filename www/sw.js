@@ -3,16 +3,16 @@
 // own cache. Network first: online, every reload gets the current files (and refreshes the
 // copies); offline, the last copies answer. The model file is never intercepted: worker.js
 // streams it with progress and keeps it itself.
-const SHELL_CACHE = 'inferno-shell-v1';
+const SHELL_CACHE = 'inferno-shell-v2';
 const SHELL = ['./', 'index.html', 'main.js', 'worker.js', 'protocol.js', 'style.css'];
-const BUILDS = ['relaxed', 'simd128', 'reference'].flatMap((v) =>
+const BUILDS = ['threads', 'relaxed', 'simd128', 'reference'].flatMap((v) =>
   [`pkg/${v}/inferno_wasm.js`, `pkg/${v}/inferno_wasm_bg.wasm`]);
 
 self.addEventListener('install', (event) => {
   event.waitUntil((async () => {
     const cache = await caches.open(SHELL_CACHE);
     await cache.addAll(SHELL.map((path) => new Request(path, { cache: 'reload' })));
-    // Builds that were not made (make wasm builds all three) are simply left out.
+    // Builds that were not made (make wasm builds all four; the threads build's worker helper is kept when first fetched) are simply left out.
     await Promise.all(BUILDS.map((path) => cache.add(new Request(path, { cache: 'reload' })).catch(() => {})));
     await self.skipWaiting();
   })());

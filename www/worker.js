@@ -13,18 +13,29 @@ const PROBES = {
     65, 1, 253, 15, 65, 2, 253, 15, 253, 128, 2, 11],
 };
 
-// The builds this browser can run, fastest first (?variant= forces one).
+// The builds this browser can run, fastest first (?variant= forces one). The threads build
+// needs shared memory, which browsers give only to cross-origin-isolated pages (COOP + COEP).
 function candidateVariants() {
   const forced = new URL(self.location.href).searchParams.get('variant');
   if (forced) return [forced];
   const ok = (name) => WebAssembly.validate(new Uint8Array(PROBES[name]));
-  return [ok('relaxed') && 'relaxed', ok('simd128') && 'simd128', 'reference'].filter(Boolean);
+  const threads = self.crossOriginIsolated && ok('relaxed') && (navigator.hardwareConcurrency || 1) > 1;
+  return [threads && 'threads', ok('relaxed') && 'relaxed', ok('simd128') && 'simd128', 'reference']
+    .filter(Boolean);
+}
+
+// Threads of the threads build, the engine's own worker included: one per core (?threads=
+// sets it, at least 2).
+function poolSize() {
+  const asked = Number(new URL(self.location.href).searchParams.get('threads'));
+  return Math.max(2, asked > 0 ? asked : Math.min(navigator.hardwareConcurrency || 1, 16));
 }
 
 const post = (type, fields = {}) => self.postMessage({ type, ...fields });
 
 let wasm = null;       // the wasm-bindgen module
 let variant = null;
+let threads = 1;       // threads the engine splits its work over
 let engine = null;     // WasmEngine
 let chat = null;       // WasmChat
 let generating = false;
@@ -39,8 +50,12 @@ const wasmReady = (async () => {
     try {
       const module = await import(`./pkg/${candidate}/inferno_wasm.js`);
       await module.default();
+      if (module.initThreadPool) {
+        await module.initThreadPool(poolSize() - 1);
+        threads = module.use_threads(poolSize());
+      }
       [wasm, variant] = [module, candidate];
-      return post(FromWorker.WASM, { variant });
+      return post(FromWorker.WASM, { variant, threads });
     } catch (e) {
       // Not built, or not runnable here: try the next one.
       failure = e;
@@ -119,7 +134,7 @@ function loadEngine(bytes, name) {
   chat = new wasm.WasmChat(engine);
   settingsKey = '';
   post(FromWorker.LOADED, {
-    kernels: engine.kernels(), variant, config: JSON.parse(engine.config()),
+    kernels: engine.kernels(), variant, threads, config: JSON.parse(engine.config()),
     ms: performance.now() - t0, bytes: bytes.length, name,
   });
 }

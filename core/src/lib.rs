@@ -7,7 +7,8 @@
 //! - [`tokenizer`], [`chat`]: text <-> token ids, chat templates.
 //! - [`chat_session`]: a conversation over one session, streamed token by token.
 //! - [`kernels`]: THE reduction contract and the per-backend function tables.
-//! - [`parallel`]: how core asks for independent work to be split (core never spawns threads).
+//! - [`parallel`]: how core asks for independent work to be split; [`pool`]: the spin pool that
+//!   runs it on threads it is handed (core never spawns threads itself).
 //! - [`model`]: immutable weights and the forward pass.
 //! - [`session`]: tokens + KV cache; append / truncate / fork / sync_draft.
 //! - [`sampler`]: seeded, portable token selection.
@@ -25,6 +26,7 @@ pub mod formats;
 pub mod kernels;
 pub mod model;
 pub mod parallel;
+pub mod pool;
 pub mod quant;
 pub mod sampler;
 pub mod session;

@@ -13,7 +13,7 @@ use inferno_core::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
 
 use crate::synthetic::SplitMix64;
-use crate::{load, pool::ThreadPool};
+use crate::{load, pool};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
@@ -58,7 +58,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let path = args.model.clone().unwrap_or_else(load::default_model_path);
     let mut threads = args.threads.clone();
     if threads.is_empty() {
-        threads = vec![1, ThreadPool::default_threads()];
+        threads = vec![1, pool::default_threads()];
         threads.dedup();
     }
     if threads.iter().any(|&t| t == 0 || t > 1024) {
@@ -99,7 +99,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
 
     let mut rows = Vec::new();
     for &t in &threads {
-        let pool = Arc::new(ThreadPool::new(t)?);
+        let pool = Arc::new(pool::start(t)?);
         let bandwidth_gb_s = read_bandwidth_gb_s(pool.as_ref())
             .context("cannot measure the memory read bandwidth")?;
         eprintln!("threads {t}: memory read bandwidth {bandwidth_gb_s:.1} GB/s (1 GiB, best of 3)");

@@ -189,9 +189,7 @@ impl ModelArgs {
     }
 
     fn engine(&self) -> Result<Engine> {
-        let threads = self
-            .threads
-            .unwrap_or_else(pool::ThreadPool::default_threads);
+        let threads = self.threads.unwrap_or_else(pool::default_threads);
         if threads == 0 || threads > 1024 {
             bail!("--threads must be between 1 and 1024");
         }
@@ -202,7 +200,7 @@ impl ModelArgs {
                 WeightDtype::AsStored
             },
             kernels: None,
-            parallel: Some(Arc::new(pool::ThreadPool::new(threads)?)),
+            parallel: Some(Arc::new(pool::start(threads)?)),
         };
         load::load_engine(&self.path(), options)
     }

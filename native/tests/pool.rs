@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use inferno_core::parallel::Parallel;
-use inferno_native::pool::ThreadPool;
+use inferno_native::pool::{self, ThreadPool};
 
 const THREADS: [usize; 4] = [1, 2, 3, 8];
 
@@ -31,7 +31,7 @@ fn counts_after_run(pool: &ThreadPool, n: usize) -> Vec<usize> {
 fn every_chunk_runs_exactly_once() {
     let _turn = one_at_a_time();
     for threads in THREADS {
-        let pool = ThreadPool::new(threads).unwrap();
+        let pool = pool::start(threads).unwrap();
         assert_eq!(pool.threads(), threads);
         for n in [0, 1, 2, 7, 1000] {
             // Repeat so that consecutive jobs meet workers both spinning and asleep.
@@ -54,7 +54,7 @@ fn many_small_jobs_back_to_back() {
     let _turn = one_at_a_time();
     // The decode pattern: hundreds of short jobs in a row; a lost wake-up would hang here.
     for threads in [2, 3] {
-        let pool = ThreadPool::new(threads).unwrap();
+        let pool = pool::start(threads).unwrap();
         let total = AtomicUsize::new(0);
         for _ in 0..5000 {
             pool.run(4, &|i| {
@@ -69,7 +69,7 @@ fn many_small_jobs_back_to_back() {
 fn nested_run_executes_inline() {
     let _turn = one_at_a_time();
     for threads in THREADS {
-        let pool = ThreadPool::new(threads).unwrap();
+        let pool = pool::start(threads).unwrap();
         let hits: Vec<AtomicUsize> = (0..7 * 5).map(|_| AtomicUsize::new(0)).collect();
         pool.run(7, &|outer| {
             pool.run(5, &|inner| {
@@ -87,7 +87,7 @@ fn nested_run_executes_inline() {
 fn run_from_two_threads_at_once() {
     let _turn = one_at_a_time();
     // Two sessions sharing one pool: the second caller runs inline while the first's job runs.
-    let pool = Arc::new(ThreadPool::new(3).unwrap());
+    let pool = Arc::new(pool::start(3).unwrap());
     let handles: Vec<_> = (0..2)
         .map(|_| {
             let pool = pool.clone();
@@ -108,7 +108,7 @@ fn run_from_two_threads_at_once() {
 fn panic_in_a_chunk_reaches_the_caller_and_the_pool_survives() {
     let _turn = one_at_a_time();
     for threads in THREADS {
-        let pool = ThreadPool::new(threads).unwrap();
+        let pool = pool::start(threads).unwrap();
         for bad in [0, 5, 99] {
             let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 pool.run(100, &|i| {
@@ -149,7 +149,7 @@ fn process_cpu_time() -> Duration {
 #[test]
 fn idle_workers_sleep() {
     let _turn = one_at_a_time();
-    let pool = ThreadPool::new(3).unwrap();
+    let pool = pool::start(3).unwrap();
     for _ in 0..100 {
         counts_after_run(&pool, 64);
     }
@@ -170,7 +170,7 @@ fn idle_workers_sleep() {
 #[test]
 fn drop_joins_the_workers() {
     let _turn = one_at_a_time();
-    let pool = ThreadPool::new(4).unwrap();
+    let pool = pool::start(4).unwrap();
     counts_after_run(&pool, 100);
     drop(pool);
     // Every worker has exited: its thread name no longer shows up among this process's tasks.
@@ -188,7 +188,7 @@ fn drop_joins_the_workers() {
 fn workers_share_the_work() {
     let _turn = one_at_a_time();
     for threads in [2, 3] {
-        let pool = ThreadPool::new(threads).unwrap();
+        let pool = pool::start(threads).unwrap();
         let names = Mutex::new(std::collections::BTreeSet::new());
         // Chunks that wait rather than compute, so every thread gets a core in time.
         pool.run(threads * 8, &|_| {

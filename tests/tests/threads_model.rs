@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::quant::GgmlType;
-use inferno_native::pool::ThreadPool;
+use inferno_native::pool::{self, ThreadPool};
 use inferno_tests::{synthetic_gguf, SyntheticShape};
 
 const PROMPT: &str = "Once upon a time, in a land far away, there lived a clockmaker who \
                       could not tell the time.";
 
 fn engine(bytes: &[u8], threads: usize) -> Engine {
-    let pool = ThreadPool::new(threads).expect("pool starts");
+    let pool = pool::start(threads).expect("pool starts");
     Engine::from_gguf_bytes(
         bytes,
         EngineOptions {

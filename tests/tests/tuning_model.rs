@@ -10,7 +10,7 @@ use inferno_core::kernels::{reference, Kernels};
 use inferno_core::model::Tuning;
 use inferno_core::parallel::Serial;
 use inferno_core::quant::GgmlType;
-use inferno_native::pool::ThreadPool;
+use inferno_native::pool::{self, ThreadPool};
 use inferno_tests::{synthetic_gguf, SyntheticShape};
 
 /// Forced configurations: (decode rows, batch rows, attention tokens), whole and partial tiles.
@@ -65,7 +65,7 @@ fn assert_every_configuration_matches(
     let want = logits(&reference, &prompt, !token_by_token);
     for kernels in Kernels::available() {
         for threads in [1, 2, 3, 8] {
-            let pool: Arc<ThreadPool> = Arc::new(ThreadPool::new(threads).expect("pool starts"));
+            let pool: Arc<ThreadPool> = Arc::new(pool::start(threads).expect("pool starts"));
             let tuned = base.with_kernels(kernels, pool);
             let mut tunings: Vec<(String, Tuning)> = TUNINGS
                 .iter()

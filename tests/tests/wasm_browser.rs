@@ -1,8 +1,9 @@
 //! The browser build end to end (run by `make test` after `make wasm`, which sets
 //! INFERNO_WASM_TESTS=1; without it these tests skip with a message):
-//! - every wasm variant in www/pkg/ (reference, simd128, relaxed) gives the native reference
-//!   kernels' last-position logits bit for bit on the oracle prompts, and the same greedy tokens
-//!   (tests/wasm/logits.mjs under Node; relaxed with --experimental-wasm-relaxed-simd --no-liftoff);
+//! - every wasm variant in www/pkg/ (reference, simd128, relaxed, threads) gives the native
+//!   reference kernels' last-position logits bit for bit on the oracle prompts, and the same
+//!   greedy tokens (tests/wasm/logits.mjs under Node; relaxed with
+//!   --experimental-wasm-relaxed-simd --no-liftoff; threads in a worker of headless Chromium);
 //! - the chat page in headless Chromium streams a reply, a greedy reply equals the native
 //!   CLI's, and bad files show an error (tests/wasm/browser.mjs; screenshot in target/).
 
@@ -94,9 +95,9 @@ fn wasm_variants_match_native_reference_logits_bitwise() {
 
     let model = model_path();
     let (model, cases_arg) = (model.to_str().unwrap(), cases_path.to_str().unwrap());
-    // `make wasm` builds all three; WASM_VARIANTS (as in the Makefile) may name fewer.
-    let variants =
-        std::env::var("WASM_VARIANTS").unwrap_or_else(|_| "reference simd128 relaxed".to_string());
+    // `make wasm` builds all four; WASM_VARIANTS (as in the Makefile) may name fewer.
+    let variants = std::env::var("WASM_VARIANTS")
+        .unwrap_or_else(|_| "reference simd128 relaxed threads".to_string());
     for variant in variants.split_whitespace() {
         let pkg = format!("www/pkg/{variant}");
         assert!(
@@ -108,7 +109,16 @@ fn wasm_variants_match_native_reference_logits_bitwise() {
             // Node 20's baseline compiler miscompiles relaxed dot products inside loops.
             args.extend(["--experimental-wasm-relaxed-simd", "--no-liftoff"]);
         }
-        args.extend(["tests/wasm/logits.mjs", &pkg, model, cases_arg]);
+        args.push("tests/wasm/logits.mjs");
+        if variant == "threads" {
+            // Its thread pool runs on Web Workers: in Chromium, on 2 threads and on 3 (more
+            // threads than cores: chunks still land on threads in any order).
+            let mut three = args.clone();
+            three.extend(["--chromium", "3", &pkg, model, cases_arg]);
+            run_node(&three);
+            args.extend(["--chromium", "2"]);
+        }
+        args.extend([&pkg, model, cases_arg]);
         if variant == "reference" {
             // Scalar wasm is ~10x slower: the short prompts cover its code (a 311-token
             // prompt alone takes minutes on a busy machine).

@@ -3,14 +3,16 @@
 // streams in and that the greedy reply equals the native CLI's, saves a screenshot, then feeds
 // bad files (not GGUF, truncated, too large) and checks a visible error with the page still usable,
 // that a reload takes the model from the Cache API, and that with the server gone a reload still
-// works (service worker). Run by tests/tests/wasm_browser.rs:
+// works (service worker). Served cross-origin isolated (as `make serve` does), so the page runs
+// the threads build; last, a server without the isolation headers gets the one-thread relaxed
+// build with the same reply. Run by tests/tests/wasm_browser.rs:
 //   node tests/wasm/browser.mjs spec.json   (spec: { model, message, max_tokens, expected, screenshot })
 import { readFileSync } from 'node:fs';
 import { launchChromium } from './chromium.mjs';
-import { startServer } from '../../scripts/serve.mjs';
+import { startServer, ISOLATED } from '../../scripts/serve.mjs';
 
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
-const server = await startServer({ port: 0, model: spec.model });
+const server = await startServer({ port: 0, model: spec.model, headers: ISOLATED });
 const browser = await launchChromium({ viewport: { width: 1000, height: 900 } });
 const page = browser.page;
 const consoleLines = [];
@@ -60,8 +62,10 @@ async function chat(message, maxTokens) {
 try {
   await page.goto(`${server.url}index.html`);
   await waitReady();
-  console.log(`model: ${await page.textContent('#model-status')}`);
+  const status = await page.textContent('#model-status');
+  console.log(`model: ${status}`);
   check(!(await errorText()), `no error after load (${await errorText()})`);
+  check(/wasm threads · \d+ threads/.test(status), `a cross-origin-isolated page runs the threads build (${status})`);
 
   // 1. Compose-while-typing, a streamed reply, the native CLI's greedy reply.
   const r = await chat(spec.message, spec.max_tokens);
@@ -115,6 +119,20 @@ try {
   await waitReady();
   const offline = await chat('Say hi.', 4);
   check(offline.text.length > 0, `offline reload (no server): the page, the wasm and the model load and answer (${JSON.stringify(offline.text)})`);
+
+  // 6. No isolation headers (a plain static host): no shared memory, so the one-thread relaxed
+  // build, with the same greedy reply.
+  const plain = await startServer({ port: 0, model: spec.model });
+  try {
+    await page.goto(`${plain.url}index.html?sw=0`);
+    await waitReady();
+    const plainStatus = await page.textContent('#model-status');
+    check(/wasm relaxed · kernels/.test(plainStatus), `without COOP/COEP the page runs the relaxed build (${plainStatus})`);
+    const single = await chat(spec.message, spec.max_tokens);
+    check(single.text === spec.expected, `one-thread greedy reply equals the native CLI's (${JSON.stringify(single.text)})`);
+  } finally {
+    await plain.close();
+  }
 } catch (e) {
   failures++;
   console.log(`FAIL ${e.stack || e}`);

@@ -6,6 +6,9 @@
 //!   tokenize / detokenize, config, and raw logits for tests.
 //! - [`WasmChat`]: a conversation whose KV cache is kept between turns, streamed one token per
 //!   call so the worker can post each piece and honour Stop between tokens.
+//! - With the `threads` feature: `initThreadPool(n - 1)` (wasm-bindgen-rayon) starts Web Workers
+//!   on the module's shared memory, then `use_threads(n)` runs core's spin pool on them, and
+//!   engines built afterwards split their work over n threads (rule 7: the same bits as one).
 
 use inferno_core::chat_session::ChatSession;
 use inferno_core::engine::{Engine, EngineOptions};
@@ -18,6 +21,63 @@ use wasm_bindgen::prelude::*;
 #[wasm_bindgen(start)]
 pub fn start() {
     console_error_panic_hook::set_once();
+}
+
+#[cfg(feature = "threads")]
+pub use threads::use_threads;
+#[cfg(feature = "threads")]
+pub use wasm_bindgen_rayon::init_thread_pool;
+
+#[cfg(feature = "threads")]
+mod threads {
+    use std::sync::{Arc, OnceLock};
+
+    use inferno_core::parallel::Parallel;
+    use inferno_core::pool::ThreadPool;
+    use wasm_bindgen::prelude::*;
+
+    /// Core's spin pool, its workers hosted on the Web Workers of rayon's pool (each takes one
+    /// worker loop and keeps it: between a decode step's calls the workers spin instead of
+    /// sleeping, which a rayon job per call cannot do).
+    static POOL: OnceLock<Arc<ThreadPool>> = OnceLock::new();
+
+    /// Call once `initThreadPool(threads - 1)` has resolved: engines loaded from then on split
+    /// their work over `threads` threads (the caller and the pool's). Returns the count in use.
+    #[wasm_bindgen]
+    pub fn use_threads(threads: usize) -> Result<usize, JsError> {
+        let workers = rayon::current_num_threads();
+        if threads > workers + 1 {
+            return Err(JsError::new(&format!(
+                "{threads} threads asked for, but initThreadPool started {workers} workers"
+            )));
+        }
+        let pool = POOL.get_or_init(|| {
+            let spawned = ThreadPool::with_spawner(threads, &mut |_, work| {
+                rayon::spawn(work);
+                Ok::<_, std::convert::Infallible>(None)
+            });
+            Arc::new(spawned.unwrap_or_else(|never| match never {}))
+        });
+        Ok(pool.threads())
+    }
+
+    /// The pool, once started.
+    pub fn parallel() -> Option<Arc<dyn Parallel>> {
+        POOL.get().map(|p| p.clone() as Arc<dyn Parallel>)
+    }
+}
+
+/// How the engine splits its work: rayon's pool in the threads build once it is started,
+/// otherwise one thread.
+fn engine_options() -> EngineOptions {
+    #[cfg(feature = "threads")]
+    let parallel = threads::parallel();
+    #[cfg(not(feature = "threads"))]
+    let parallel = None;
+    EngineOptions {
+        parallel,
+        ..EngineOptions::default()
+    }
 }
 
 fn js_error(e: inferno_core::Error) -> JsError {
@@ -49,9 +109,8 @@ impl WasmEngine {
         progress: Option<Function>,
     ) -> Result<WasmEngine, JsError> {
         let mut progress = progress_callback(progress);
-        let engine =
-            Engine::from_source_with_progress(source, EngineOptions::default(), &mut progress)
-                .map_err(js_error)?;
+        let engine = Engine::from_source_with_progress(source, engine_options(), &mut progress)
+            .map_err(js_error)?;
         Ok(WasmEngine { engine })
     }
 }
