@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the browser build and its tests need, once (idempotent; make calls it):
-# the wasm32 target, the wasm-bindgen CLI at the crate's exact version, the npm tools
+# the wasm32 target and rust-src, the wasm-bindgen CLI at the crate's exact version, the npm tools
 # (binaryen's wasm-opt, playwright-core, wllama for the bench) and, with --browser, Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want=$(sed -n 's/^wasm-bindgen = "=\(.*\)"$/\1/p' Cargo.toml)
 rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown \
     || rustup target add wasm32-unknown-unknown
+# The threads build rebuilds std with atomics from its source.
+rustup component list --installed 2>/dev/null | grep -q '^rust-src' || rustup component add rust-src
 wasm_bindgen="${CARGO_HOME:-$HOME/.cargo}/bin/wasm-bindgen"
 if ! "$wasm_bindgen" --version 2>/dev/null | grep -qx "wasm-bindgen $want"; then
     echo "installing wasm-bindgen-cli $want (about 15 minutes, once) ..." >&2
