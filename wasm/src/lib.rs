@@ -67,7 +67,7 @@ mod threads {
     }
 }
 
-/// How the engine splits its work: rayon's pool in the threads build once it is started,
+/// How the engine splits its work: core's pool in the threads build once it is started,
 /// otherwise one thread.
 fn engine_options() -> EngineOptions {
     #[cfg(feature = "threads")]
