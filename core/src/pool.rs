@@ -79,8 +79,9 @@ struct Shared {
     /// The current job's chunk count, written before its ticket is published.
     n: AtomicUsize,
     /// The current job's function: a pointer to the caller's `Job`, which outlives every call
-    /// (see `run`). Atomic rather than a mutex, so no thread ever blocks to read it (a blocking
-    /// wait is not allowed on a browser's main thread).
+    /// (see `run`). Atomic rather than a mutex: fetching it never waits on a lock. (Waking a
+    /// sleeping worker still takes `sleep_lock`, so in a browser the caller must be a worker,
+    /// whose waits are allowed, not the page's main thread.)
     job: AtomicPtr<Job>,
     /// The first panic of the current job, re-raised on the caller.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
