@@ -2,11 +2,12 @@
 # Builds one browser variant of inferno-wasm into www/pkg/<variant>/ (wasm-bindgen --target web,
 # then wasm-opt -O3 from npm binaryen when installed). Variants: reference (scalar), simd128,
 # relaxed (simd128 + relaxed-simd), threads (relaxed + atomics and shared memory, for a
-# cross-origin-isolated page: rayon's pool on Web Workers). Each has its own target dir, so
-# RUSTFLAGS never invalidate another build's cache. Prints the time of each step.
+# cross-origin-isolated page: core's thread pool on Web Workers). Each has its own target dir,
+# so RUSTFLAGS never invalidate another build's cache. Prints the time of each step. Run
+# scripts/setup-wasm.sh first (make does): it installs the wasm-bindgen CLI and rust-src.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-variant=${1:?usage: build-wasm.sh reference|simd128|relaxed}
+variant=${1:?usage: build-wasm.sh reference|simd128|relaxed|threads}
 case "$variant" in
     reference) features="" ;;
     simd128) features="+simd128" ;;
@@ -21,7 +22,6 @@ if [ "$variant" = threads ]; then
     # Shared memory needs a std compiled with atomics (-Z build-std: RUSTC_BOOTSTRAP lets the
     # pinned stable toolchain take it, with the rust-src component) and these link arguments:
     # the memory imported and shared (4 GiB at most), and the TLS symbols each worker needs.
-    rustup component list --installed 2>/dev/null | grep -q '^rust-src' || rustup component add rust-src >&2
     for arg in --shared-memory --import-memory --max-memory=4294967296 --export=__wasm_init_tls \
         --export=__tls_size --export=__tls_align --export=__tls_base --export=__heap_base; do
         flags="$flags -C link-arg=$arg"

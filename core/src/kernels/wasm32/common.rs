@@ -449,26 +449,24 @@ fn attention_n<L: Lanes, const N: usize>(
         let mut start = 0;
         while start < most {
             let end = (start + ATTENTION_BLOCK).min(most);
-            // The short conversion, redone exactly if the block holds an inf or NaN (only an
-            // overflowing K or V makes one).
-            let mut special = u8x16_splat(0);
-            for t in start..end {
-                let k = &keys[t * stride + offset..t * stride + offset + hd];
-                let v = &values[t * stride + offset..t * stride + offset + hd];
-                for j in 0..N {
-                    kbuf[j][t - start].write(L::load8_finite(k, 8 * j, &mut special));
-                    vbuf[j][t - start].write(L::load8_finite(v, 8 * j, &mut special));
-                }
-            }
-            if v128_any_true(special) {
-                for t in start..end {
-                    let k = &keys[t * stride + offset..t * stride + offset + hd];
-                    let v = &values[t * stride + offset..t * stride + offset + hd];
-                    for j in 0..N {
-                        kbuf[j][t - start].write(L::load8(k, 8 * j));
-                        vbuf[j][t - start].write(L::load8(v, 8 * j));
+            // The block's K and V rows into the buffers: by the short conversion, redone
+            // exactly if the block holds an inf or NaN (only an overflowing K or V makes one).
+            macro_rules! convert {
+                ($load:expr) => {
+                    for t in start..end {
+                        let k = &keys[t * stride + offset..t * stride + offset + hd];
+                        let v = &values[t * stride + offset..t * stride + offset + hd];
+                        for j in 0..N {
+                            kbuf[j][t - start].write($load(k, 8 * j));
+                            vbuf[j][t - start].write($load(v, 8 * j));
+                        }
                     }
-                }
+                };
+            }
+            let mut special = u8x16_splat(0);
+            convert!(|s, i| L::load8_finite(s, i, &mut special));
+            if v128_any_true(special) {
+                convert!(L::load8);
             }
             // Query i sees positions start..end_i of this block; those already past their
             // last position (earlier queries, in the last block) sit it out.
