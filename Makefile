@@ -27,7 +27,8 @@ build:
 # depend on them; `make wasm` / `make serve` build the release ones).
 test: WASM_PROFILE = wasm-test
 test: export WASM_OPT = 0
-test: setup model build wasm-selftest test-rust test-wasm
+# setup-wasm first: the Rust tests run the wasm kernel self test under Node.
+test: setup-wasm model build wasm-selftest test-rust test-wasm
 
 # Unit and integration tests of every crate, optimized (the model tests run a real forward).
 # The CLI tests run the binary built above.

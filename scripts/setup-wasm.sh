@@ -15,14 +15,17 @@ if ! "$wasm_bindgen" --version 2>/dev/null | grep -qx "wasm-bindgen $want"; then
     # No --locked: a pinned dependency version of its lock file is missing from the mirror.
     cargo install wasm-bindgen-cli --version "$want" >&2
 fi
+# Node.js runs the wasm tests and drives the browsers: Debian's package where it is missing.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "installing Node.js (Debian's nodejs and npm) ..." >&2
+    if [ "$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi
+    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >&2
+fi
 if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ] \
     || [ ! -d node_modules/@wllama/wllama ]; then
     npm ci --no-audit --no-fund >&2
 fi
 if [ "${1:-}" = "--browser" ] && [ ! -x /usr/bin/chromium ]; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
-    else
-        sudo apt-get update -qq >&2 && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
-    fi
+    if [ "$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi
+    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
 fi

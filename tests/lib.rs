@@ -50,11 +50,11 @@ pub fn model_bytes() -> &'static [u8] {
     })
 }
 
-/// The oracle's reference data (../../shared/oracle from the tests crate), or `$INFERNO_ORACLE`.
+/// The oracle's reference data (tests/data/oracle, in the repository), or `$INFERNO_ORACLE`.
 pub fn oracle_dir() -> PathBuf {
     match std::env::var_os("INFERNO_ORACLE") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracle"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("data/oracle"),
     }
 }
 

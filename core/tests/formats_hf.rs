@@ -2,7 +2,6 @@
 //! directory (oracle's SmolLM2 tokenizer files + synthetic shards) as a ModelSource, the shard
 //! index, and config.json in both directions.
 
-use std::path::PathBuf;
 
 use inferno_core::config::{ModelConfig, RopeScaling};
 use inferno_core::formats::hf_dir::{shard_names, write_safetensors, HfFiles};
@@ -10,13 +9,10 @@ use inferno_core::formats::{safetensors, ModelSource, QkRowOrder, SpecialTokens,
 use inferno_core::quant::GgmlType;
 use inferno_core::Error;
 
+mod common;
+
 fn oracle_hf(file: &str) -> String {
-    let dir = match std::env::var_os("INFERNO_ORACLE") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracle"),
-    };
-    let path = dir.join("hf").join(file);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    common::read_oracle(&format!("hf/{file}"))
 }
 
 type Tensor = (String, GgmlType, Vec<usize>, Vec<u8>);

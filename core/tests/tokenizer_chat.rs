@@ -2,21 +2,15 @@
 //! the oracle's prompt_text and encode to its prompt_ids; plus the Jinja features HF templates
 //! lean on (raise_exception, loop controls, tojson, Python string methods, strftime_now).
 
-use std::path::PathBuf;
 
 use inferno_core::chat::{ChatMessage, ChatTemplate};
 use inferno_core::tokenizer::Tokenizer;
 use inferno_core::Error;
 use serde_json::Value;
 
-fn read(rel: &str) -> String {
-    let dir = match std::env::var_os("INFERNO_ORACLE") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracle"),
-    };
-    let path = dir.join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+mod common;
+
+use common::read_oracle as read;
 
 fn user(content: &str) -> ChatMessage {
     ChatMessage::new("user", content)

@@ -2,23 +2,13 @@
 //! special tokens parsed and as plain text, decode round trips, the streaming decoder, and
 //! error cases. Failures name the case so it can be replayed.
 
-use std::path::PathBuf;
-
 use inferno_core::tokenizer::{StreamDecoder, Tokenizer};
 use inferno_core::Error;
 use serde_json::Value;
 
-fn oracle_dir() -> PathBuf {
-    match std::env::var_os("INFERNO_ORACLE") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracle"),
-    }
-}
+mod common;
 
-fn read(rel: &str) -> String {
-    let path = oracle_dir().join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use common::read_oracle as read;
 
 fn tokenizer() -> Tokenizer {
     Tokenizer::from_json(&read("hf/tokenizer.json")).expect("oracle tokenizer.json loads")

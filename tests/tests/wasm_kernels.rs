@@ -53,7 +53,7 @@ fn wasm_simd128_kernels_equal_reference_bitwise() {
 }
 
 /// Node 20 needs the flag for relaxed-simd, and its baseline compiler (Liftoff) gets
-/// relaxed_dot wrong inside loops (../shared/WASM-NOTES.md): TurboFan only.
+/// relaxed_dot wrong inside loops (measured on Node 20): TurboFan only.
 #[test]
 fn wasm_relaxed_simd_kernels_equal_reference_bitwise() {
     run_selftest(

@@ -1,5 +1,6 @@
-// Debian's Chromium, headless, with a fresh profile (the flags ../shared/WASM-NOTES.md found
-// to work here). Returns { context, page, close } ; close() also deletes the profile.
+// Debian's Chromium, headless, with a fresh profile. The flags were measured to work on these
+// machines (without the background-networking ones Chromium floods the closed network).
+// Returns { context, page, close }; close() also deletes the profile.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
