@@ -49,18 +49,26 @@ function setBusy(value) {
 
 const mb = (n) => `${(n / 1048576).toFixed(1)} MB`;
 
+// The sampler settings of the page: one input per option of core's GenerateOptions, with the
+// input's id the option's name. Their values start as core's defaults (sent by the worker), the
+// same ones the CLI shows in --help.
+const OPTION_INPUTS = ['temperature', 'top_k', 'top_p', 'min_p', 'repeat_penalty', 'seed', 'max_tokens'];
+let defaults = null;
+
+function showDefaults(d) {
+  defaults = d;
+  for (const name of OPTION_INPUTS) if ($(name).value === '') $(name).value = d[name];
+}
+
 function settings() {
-  const num = (id, fallback) => {
-    const v = Number($(id).value);
-    return Number.isFinite(v) ? v : fallback;
-  };
-  return {
-    temperature: Math.max(0, num('temperature', 0.7)),
-    topP: Math.min(1, Math.max(0.01, num('top-p', 0.95))),
-    seed: Math.max(0, Math.floor(num('seed', 0))),
-    maxTokens: Math.max(1, Math.floor(num('max-tokens', 256))),
-    system: $('system').value.trim(),
-  };
+  const options = {};
+  for (const name of OPTION_INPUTS) {
+    const v = Number($(name).value);
+    // An empty or unreadable field takes core's default; the worker reports values core refuses.
+    options[name] = $(name).value !== '' && Number.isFinite(v) ? v : defaults?.[name];
+  }
+  for (const name of ['top_k', 'seed', 'max_tokens']) options[name] = Math.max(0, Math.floor(options[name]));
+  return { options, system: $('system').value.trim() };
 }
 
 function addMessage(role, text) {
@@ -81,7 +89,8 @@ function loadFromUrl() {
 
 // Worker -> page, one handler per message of protocol.js.
 const on = {
-  [FromWorker.WASM]({ variant, threads }) {
+  [FromWorker.WASM]({ variant, threads, defaults: d }) {
+    showDefaults(d);
     $('model-status').textContent = `wasm build: ${variant}${threads > 1 ? `, ${threads} threads` : ''}`;
   },
   [FromWorker.DOWNLOAD]({ loaded: got, total, cached }) {
@@ -105,8 +114,16 @@ const on = {
   [FromWorker.DRAFTED]({ reused, prefilled, ms }) {
     if (!busy) $('stats').textContent = `draft: ${prefilled} tokens prefilled ahead (${reused} kept) in ${ms.toFixed(0)} ms`;
   },
-  [FromWorker.TURN_START]({ promptTokens, reused, prefilled, ms }) {
+  [FromWorker.TURN_START]({ promptTokens, reused, prefilled, droppedTurns, ms }) {
     reply.dataset.prefill = `${prefilled}`;
+    if (droppedTurns > 0) {
+      // Said once, where it happened: the model no longer sees those turns.
+      const note = document.createElement('div');
+      note.className = 'msg notice';
+      note.textContent = `The conversation outgrew the model's context: the ${droppedTurns} oldest ` +
+        `turn${droppedTurns === 1 ? ' is' : 's are'} no longer seen by the model. New chat clears everything.`;
+      reply.before(note);
+    }
     $('stats').textContent = `prefill ${prefilled} tokens (${reused} of ${promptTokens} reused) in ${ms.toFixed(0)} ms`;
   },
   [FromWorker.TOKEN]({ text }) {

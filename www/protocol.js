@@ -5,7 +5,9 @@
 export const ToWorker = {
   LOAD_URL: 'load-url',   // { url, maxBytes }: fetch (or take from the Cache API) and load
   LOAD_FILE: 'load-file', // { file: File, maxBytes }: a local GGUF from the file picker
-  SETTINGS: 'settings',   // { temperature, topP, seed, maxTokens, system }
+  SETTINGS: 'settings',   // { options, system }: options as core's GenerateOptions (field names of
+                          //   FromWorker.WASM's defaults: temperature, top_k, top_p, min_p,
+                          //   repeat_penalty, repeat_last_n, seed, max_tokens, stop)
   DRAFT: 'draft',         // { text }: the message being typed (compose-while-typing)
   SEND: 'send',           // { text }: a user message; the reply streams back
   STOP: 'stop',           // {}: end the reply after the current token
@@ -14,12 +16,14 @@ export const ToWorker = {
 
 // Worker -> page.
 export const FromWorker = {
-  WASM: 'wasm',             // { variant, threads }: the build picked (reference, simd128, relaxed, threads)
+  WASM: 'wasm',             // { variant, threads, defaults }: the build picked (reference, simd128,
+                            //   relaxed, threads) and core's generation defaults (the CLI's too)
   DOWNLOAD: 'download',     // { loaded, total, cached }: bytes of the model fetched so far
   LOAD: 'load',             // { done, total }: weights repacked so far
   LOADED: 'loaded',         // { kernels, variant, threads, config, ms, bytes, name }
   DRAFTED: 'drafted',       // { reused, prefilled, ms }
-  TURN_START: 'turn-start', // { promptTokens, reused, prefilled, ms }
+  TURN_START: 'turn-start', // { promptTokens, reused, prefilled, droppedTurns, ms }: droppedTurns > 0
+                            //   when the oldest turns no longer fitted the context
   TOKEN: 'token',           // { text }
   TURN_END: 'turn-end',     // { text, stop, prefilled, prefillMs, decoded, decodeMs }
   ERROR: 'error',           // { message, during: 'load' | 'turn' | 'draft' | 'settings' | 'wasm',

@@ -55,7 +55,7 @@ const wasmReady = (async () => {
         threads = module.use_threads(poolSize());
       }
       [wasm, variant] = [module, candidate];
-      return post(FromWorker.WASM, { variant, threads });
+      return post(FromWorker.WASM, { variant, threads, defaults: JSON.parse(module.generate_defaults()) });
     } catch (e) {
       // Not built, or not runnable here: try the next one.
       failure = e;
@@ -142,7 +142,7 @@ function loadEngine(bytes, name) {
 function applySettings(s) {
   const key = JSON.stringify(s);
   if (key === settingsKey) return;
-  chat.set_sampler(s.temperature, 40, s.topP, s.temperature > 0 ? 0.05 : 0, 1.0, s.seed, s.maxTokens);
+  chat.set_options(JSON.stringify(s.options));
   const systemChanged = JSON.parse(settingsKey || '{}').system !== s.system;
   if (systemChanged) chat.set_system(s.system || undefined);
   settingsKey = key;
@@ -169,7 +169,8 @@ async function turn(text) {
     const start = chat.begin_turn(text);
     const prefillMs = performance.now() - t0;
     post(FromWorker.TURN_START, {
-      promptTokens: start.prompt_tokens, reused: start.reused, prefilled: start.prefilled, ms: prefillMs,
+      promptTokens: start.prompt_tokens, reused: start.reused, prefilled: start.prefilled,
+      droppedTurns: start.dropped_turns, ms: prefillMs,
     });
     let decodeMs = 0;
     for (;;) {
@@ -179,7 +180,10 @@ async function turn(text) {
       if (piece === undefined) break;
       if (piece) post(FromWorker.TOKEN, { text: piece });
       await yieldToEvents();
-      if (stopRequested) break;
+      if (stopRequested) {
+        chat.cancel();
+        break;
+      }
     }
     const stop = stopRequested ? 'Stopped' : (chat.stop_reason() || 'Stopped');
     const decoded = chat.turn_tokens();

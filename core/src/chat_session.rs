@@ -1,13 +1,15 @@
-//! ChatSession: a conversation (system message + turns) over one [`Session`], driven one token
-//! at a time so a caller without threads (the browser worker) can stream and stop between
-//! tokens. Each turn re-renders the whole conversation and keeps the common prefix of the KV
-//! cache; `sync_draft` prefills the user's message while it is being typed.
+//! ChatSession: a conversation (system message + turns) over one [`Session`], each reply
+//! produced by the one [`Generator`] one step at a time, so a caller without threads (the
+//! browser worker) can stream and stop between tokens. Each turn re-renders the whole
+//! conversation and keeps the common prefix of the KV cache; `sync_draft` prefills the user's
+//! message while it is being typed. When the conversation outgrows the context, the oldest
+//! turns after the system message are dropped and what remains is prefilled again.
 
 use crate::chat::ChatMessage;
 use crate::engine::Engine;
-use crate::sampler::{Sampler, SamplerConfig};
-use crate::session::{DraftSync, Session, StopReason};
-use crate::tokenizer::StreamDecoder;
+use crate::generate::{prefill, GenerateOptions, Generator, StopReason};
+use crate::sampler::Sampler;
+use crate::session::{DraftSync, Session};
 use crate::{Error, Result};
 
 /// Stands for the draft in a rendered conversation, so the text before it (the anchor) can be
@@ -24,20 +26,16 @@ pub struct TurnStart {
     pub reused: usize,
     /// Tokens run through the model now.
     pub prefilled: usize,
+    /// Oldest turns (a user message and its reply each) dropped so the conversation fits the
+    /// context with room for a reply; 0 almost always.
+    pub dropped_turns: usize,
 }
 
 /// The assistant reply being generated.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Turn {
     user: String,
-    decoder: StreamDecoder,
-    /// Text held back because it may be the start of a stop string.
-    pending: String,
-    text: String,
-    tokens: usize,
-    stop: Option<StopReason>,
-    /// Everything, including the held-back text, has been returned.
-    drained: bool,
+    generator: Generator,
 }
 
 pub struct ChatSession {
@@ -45,22 +43,22 @@ pub struct ChatSession {
     system: Option<String>,
     /// Completed turns: user, assistant, user, assistant, ...
     messages: Vec<ChatMessage>,
-    sampler: Sampler,
-    pub max_tokens: usize,
-    /// Strings that end a reply (not emitted).
-    pub stop: Vec<String>,
+    options: GenerateOptions,
+    /// The sampler between turns (a turn's generator holds it while the turn runs), so the
+    /// random stream goes on from turn to turn.
+    sampler: Option<Sampler>,
     turn: Option<Turn>,
 }
 
 impl ChatSession {
     pub fn new(engine: &Engine) -> ChatSession {
+        let options = GenerateOptions::default();
         ChatSession {
             session: engine.new_session(),
             system: None,
             messages: Vec::new(),
-            sampler: Sampler::new(SamplerConfig::default()),
-            max_tokens: 512,
-            stop: Vec::new(),
+            sampler: Some(Sampler::new(options.sampler.clone())),
+            options,
             turn: None,
         }
     }
@@ -73,15 +71,17 @@ impl ChatSession {
         &self.messages
     }
 
-    /// Replaces the sampler (and restarts its random stream from the config's seed).
-    pub fn set_sampler(&mut self, config: SamplerConfig) -> Result<()> {
-        config.validate()?;
-        self.sampler = Sampler::new(config);
+    /// Sets the sampler, max tokens and stop strings (the random stream restarts from the
+    /// seed). A turn in progress keeps the options it started with.
+    pub fn set_options(&mut self, options: GenerateOptions) -> Result<()> {
+        options.validate()?;
+        self.sampler = Some(Sampler::new(options.sampler.clone()));
+        self.options = options;
         Ok(())
     }
 
-    pub fn sampler_config(&self) -> &SamplerConfig {
-        &self.sampler.config
+    pub fn options(&self) -> &GenerateOptions {
+        &self.options
     }
 
     /// Sets (or removes, with None or "") the system message; the conversation starts over.
@@ -93,7 +93,7 @@ impl ChatSession {
     /// Forgets the turns (the cache is kept: the next turn reuses what still matches).
     pub fn reset(&mut self) {
         self.messages.clear();
-        self.turn = None;
+        self.reset_turn();
     }
 
     /// The conversation so far with `user` as the next user message.
@@ -127,9 +127,10 @@ impl ChatSession {
         };
         let anchor = engine.tokenizer().encode(&rendered[..at])?;
         if anchor.len() >= engine.config().context_length {
-            return Err(Error::ContextOverflow {
-                needed: anchor.len() + 1,
-                context: engine.config().context_length,
+            // The next turn drops old turns anyway; nothing worth prefilling now.
+            return Ok(DraftSync {
+                reused: 0,
+                prefilled: 0,
             });
         }
         let kept = self.session.sync_tokens(&anchor)?;
@@ -141,117 +142,95 @@ impl ChatSession {
     }
 
     /// Starts a reply to `user`: renders the conversation, brings the cache to it (keeping the
-    /// common prefix) and computes the first logits. Then call `next_token` until it returns None.
+    /// common prefix) and computes the first logits. Then call `next_token` until it returns
+    /// None. If the conversation would leave no room for a reply, the oldest turns are dropped
+    /// (reported in [`TurnStart::dropped_turns`]); a single message longer than the context
+    /// is an error.
     pub fn begin_turn(&mut self, user: &str) -> Result<TurnStart> {
         if user.trim().is_empty() {
             return Err(Error::EmptyPrompt);
         }
+        self.reset_turn();
         let engine = self.session.engine().clone();
-        let ids = engine.encode_chat(&self.conversation(user), true)?;
         let context = engine.config().context_length;
-        if ids.len() >= context {
-            return Err(Error::ContextOverflow {
-                needed: ids.len() + 1,
-                context,
-            });
-        }
-        self.turn = None;
-        let reused = self.session.sync_tokens(&ids)?;
-        let recompute_last = reused == ids.len();
-        self.session.logits()?;
+        // Room for a reply: max_tokens, but never more than a quarter of the context, so a
+        // large max_tokens does not throw away the conversation.
+        let reserve = self.options.max_tokens.clamp(1, (context / 4).max(1));
+        let mut dropped_turns = 0;
+        let ids = loop {
+            let ids = engine.encode_chat(&self.conversation(user), true)?;
+            if ids.len() + reserve <= context || self.messages.is_empty() {
+                break ids;
+            }
+            self.messages.drain(..2.min(self.messages.len()));
+            dropped_turns += 1;
+        };
+        let start = prefill(&mut self.session, &ids)?;
+        let sampler = self
+            .sampler
+            .take()
+            .unwrap_or_else(|| Sampler::new(self.options.sampler.clone()));
         self.turn = Some(Turn {
             user: user.to_string(),
-            ..Turn::default()
+            generator: Generator::with_sampler(
+                sampler,
+                self.options.max_tokens,
+                self.options.stop.clone(),
+            ),
         });
         Ok(TurnStart {
-            prompt_tokens: ids.len(),
-            reused: reused - usize::from(recompute_last),
-            prefilled: ids.len() - reused + usize::from(recompute_last),
+            prompt_tokens: start.prompt_tokens,
+            reused: start.reused,
+            prefilled: start.prefilled,
+            dropped_turns,
         })
     }
 
-    /// Samples and appends one token; returns the text it completes (may be empty while a
-    /// character or a possible stop string is pending), or None once the reply has ended
-    /// (end-of-generation token, stop string, `max_tokens`, full context).
+    /// A turn that was begun and never ended is dropped (its sampler kept).
+    fn reset_turn(&mut self) {
+        if let Some(turn) = self.turn.take() {
+            self.sampler = Some(turn.generator.finish().1);
+        }
+    }
+
+    /// One step of the reply: the text it completes (may be empty while a character or a
+    /// possible stop string is pending), or None once the reply has ended (end-of-generation
+    /// token, stop string, `max_tokens`, full context).
     pub fn next_token(&mut self) -> Result<Option<String>> {
         let Some(turn) = self.turn.as_mut() else {
             return Err(Error::InvalidArgument("no turn in progress".into()));
         };
-        if turn.drained {
-            return Ok(None);
+        turn.generator.step(&mut self.session)
+    }
+
+    /// Ends the reply being generated (the user pressed Stop); `end_turn` still records it.
+    pub fn cancel(&mut self) {
+        if let Some(turn) = self.turn.as_mut() {
+            turn.generator.cancel();
         }
-        if turn.stop.is_none() {
-            if turn.tokens >= self.max_tokens {
-                turn.stop = Some(StopReason::MaxTokens);
-            } else if self.session.remaining() == 0 {
-                turn.stop = Some(StopReason::ContextFull);
-            }
-        }
-        let engine = self.session.engine().clone();
-        let tokenizer = engine.tokenizer();
-        if turn.stop.is_some() {
-            // Flush what the decoder and the stop-string hold back, then end.
-            let rest = turn.decoder.flush(tokenizer)?;
-            turn.pending.push_str(&rest);
-            let out = std::mem::take(&mut turn.pending);
-            turn.text.push_str(&out);
-            turn.drained = true;
-            return Ok((!out.is_empty()).then_some(out));
-        }
-        let logits = self.session.logits()?.to_vec();
-        let id = self.sampler.sample(&logits, self.session.tokens());
-        if engine.is_end_of_generation(id) {
-            turn.stop = Some(StopReason::EndOfGeneration);
-            return Ok(Some(String::new()));
-        }
-        self.session.append(&[id])?;
-        turn.tokens += 1;
-        let piece = turn.decoder.push(tokenizer, id)?;
-        turn.pending.push_str(&piece);
-        if let Some(at) = self
-            .stop
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| turn.pending.find(s.as_str()))
-            .min()
-        {
-            turn.pending.truncate(at);
-            let out = std::mem::take(&mut turn.pending);
-            turn.text.push_str(&out);
-            turn.stop = Some(StopReason::StopString);
-            turn.drained = true;
-            return Ok(Some(out));
-        }
-        let ready = turn.pending.len() - crate::session::stop_prefix_len(&turn.pending, &self.stop);
-        let out: String = turn.pending.drain(..ready).collect();
-        turn.text.push_str(&out);
-        Ok(Some(out))
     }
 
     /// Tokens sampled in the current (or last) turn.
     pub fn turn_tokens(&self) -> usize {
-        self.turn.as_ref().map_or(0, |t| t.tokens)
+        self.turn.as_ref().map_or(0, |t| t.generator.tokens().len())
     }
 
     /// Why the current turn stopped, if it has.
     pub fn stop_reason(&self) -> Option<StopReason> {
-        self.turn.as_ref().and_then(|t| t.stop)
+        self.turn.as_ref().and_then(|t| t.generator.stop_reason())
     }
 
-    /// Records the turn (user message and the reply so far, also when stopped early) and
-    /// returns the reply's text.
+    /// Records the turn (user message and the reply as streamed so far, also when stopped
+    /// early) and returns the reply's text.
     pub fn end_turn(&mut self) -> Result<String> {
-        let Some(mut turn) = self.turn.take() else {
+        let Some(turn) = self.turn.take() else {
             return Err(Error::InvalidArgument("no turn in progress".into()));
         };
-        if !turn.drained {
-            let rest = turn.decoder.flush(self.session.engine().tokenizer())?;
-            turn.text.push_str(&turn.pending);
-            turn.text.push_str(&rest);
-        }
+        let (reply, sampler) = turn.generator.finish();
+        self.sampler = Some(sampler);
         self.messages.push(ChatMessage::new("user", turn.user));
         self.messages
-            .push(ChatMessage::new("assistant", turn.text.as_str()));
-        Ok(turn.text)
+            .push(ChatMessage::new("assistant", reply.text.as_str()));
+        Ok(reply.text)
     }
 }

@@ -10,7 +10,6 @@ use crate::formats::{ModelSource, SpecialTokens, TokenizerSource};
 use crate::kernels::Kernels;
 use crate::model::{Tuning, WeightDtype, Weights};
 use crate::parallel::{Parallel, Serial};
-use crate::session::Session;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
@@ -162,10 +161,6 @@ impl Engine {
                 tuning: Arc::new(tuning),
             }),
         }
-    }
-
-    pub fn new_session(&self) -> Session {
-        Session::new(self)
     }
 
     /// Token ids for a raw prompt: BOS first if the model asks for it, special tokens parsed.

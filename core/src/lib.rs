@@ -12,6 +12,8 @@
 //! - [`model`]: immutable weights and the forward pass.
 //! - [`session`]: tokens + KV cache; append / truncate / fork / sync_draft.
 //! - [`sampler`]: seeded, portable token selection.
+//! - [`generate`]: the one generation loop (prefill, then sample -> append -> stop check ->
+//!   text piece), driven by every front end.
 //! - [`eval`]: perplexity scoring.
 //! - [`engine`]: weights + tokenizer + kernels; the API used by the CLI and the browser.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -23,6 +25,7 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod formats;
+pub mod generate;
 pub mod kernels;
 pub mod model;
 pub mod parallel;

@@ -4,10 +4,13 @@
 
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 use crate::kernels::math::exp;
 
-#[derive(Debug, Clone, PartialEq)]
+/// How the next token is picked. `Default` is the one set of defaults every front end uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SamplerConfig {
     /// 0 means greedy.
     pub temperature: f32,

@@ -5,8 +5,6 @@
 
 use crate::engine::Engine;
 use crate::model::{KvCache, LogitsFor, Scratch};
-use crate::sampler::Sampler;
-use crate::tokenizer::StreamDecoder;
 use crate::{Error, Result};
 
 #[derive(Clone)]
@@ -34,6 +32,13 @@ impl std::fmt::Debug for Session {
         f.debug_struct("Session")
             .field("tokens", &self.tokens.len())
             .finish()
+    }
+}
+
+impl Engine {
+    /// A new, empty session on this engine.
+    pub fn new_session(&self) -> Session {
+        Session::new(self)
     }
 }
 
@@ -151,6 +156,15 @@ impl Session {
         Ok(self.last_logits.as_deref().unwrap_or_default())
     }
 
+    /// The logits after the last token and the tokens so far (what a sampler reads).
+    pub fn logits_and_tokens(&mut self) -> Result<(&[f32], &[u32])> {
+        self.logits()?;
+        Ok((
+            self.last_logits.as_deref().unwrap_or_default(),
+            &self.tokens,
+        ))
+    }
+
     /// Drops every position >= n. A length change: nothing is copied or recomputed.
     pub fn truncate(&mut self, n: usize) {
         if n < self.tokens.len() {
@@ -203,135 +217,8 @@ impl Session {
             prefilled: ids.len() - reused,
         })
     }
-
-    /// Samples and appends up to `max_tokens` tokens, calling `on_text` with each piece of
-    /// decoded text (never half a UTF-8 character). Stops at an end-of-generation token, a stop
-    /// string (not emitted), `max_tokens`, a full context, or when `on_text` returns false.
-    pub fn generate(
-        &mut self,
-        sampler: &mut Sampler,
-        max_tokens: usize,
-        stop: &[String],
-        on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Generated> {
-        let mut out = Generated::default();
-        let mut decoder = StreamDecoder::new();
-        let mut pending = String::new(); // text held back: it may be the start of a stop string
-        let engine = self.engine.clone();
-        let tokenizer = engine.tokenizer();
-        let mut emit =
-            |text: &str, pending: &mut String, out: &mut Generated, last: bool| -> bool {
-                pending.push_str(text);
-                if let Some((at, _)) = stop
-                    .iter()
-                    .filter(|s| !s.is_empty())
-                    .filter_map(|s| pending.find(s.as_str()).map(|i| (i, s)))
-                    .min()
-                {
-                    pending.truncate(at);
-                    out.text.push_str(pending);
-                    if !pending.is_empty() {
-                        on_text(pending);
-                    }
-                    pending.clear();
-                    out.stop = Some(StopReason::StopString);
-                    return false;
-                }
-                let hold = if last {
-                    0
-                } else {
-                    stop_prefix_len(pending, stop)
-                };
-                let ready = pending.len() - hold;
-                if ready > 0 {
-                    let piece: String = pending.drain(..ready).collect();
-                    out.text.push_str(&piece);
-                    return on_text(&piece);
-                }
-                true
-            };
-        while out.tokens.len() < max_tokens {
-            if self.remaining() == 0 {
-                out.stop = Some(StopReason::ContextFull);
-                break;
-            }
-            if self.last_logits.is_none() {
-                self.logits()?;
-            }
-            let logits = self.last_logits.as_deref().unwrap_or_default();
-            let tok = sampler.sample(logits, &self.tokens);
-            if self.engine.is_end_of_generation(tok) {
-                out.stop = Some(StopReason::EndOfGeneration);
-                out.end_token = Some(tok);
-                break;
-            }
-            self.append(&[tok])?;
-            out.tokens.push(tok);
-            let piece = decoder.push(tokenizer, tok)?;
-            if !emit(&piece, &mut pending, &mut out, false) {
-                out.stop.get_or_insert(StopReason::Cancelled);
-                break;
-            }
-        }
-        if out.stop != Some(StopReason::StopString) {
-            let rest = decoder.flush(tokenizer)?;
-            emit(&rest, &mut pending, &mut out, true);
-        }
-        out.stop.get_or_insert(StopReason::MaxTokens);
-        Ok(out)
-    }
-}
-
-/// Why generation stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    EndOfGeneration,
-    StopString,
-    MaxTokens,
-    ContextFull,
-    Cancelled,
-}
-
-/// The result of [`Session::generate`].
-#[derive(Debug, Clone, Default)]
-pub struct Generated {
-    /// Sampled tokens appended to the session (the end token is not among them).
-    pub tokens: Vec<u32>,
-    /// The end-of-generation token that stopped it, if one did.
-    pub end_token: Option<u32>,
-    /// The text emitted (stop string excluded).
-    pub text: String,
-    pub stop: Option<StopReason>,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-/// Length of the longest suffix of `text` that is a proper prefix of some stop string, so it is
-/// held back until the next piece decides.
-pub(crate) fn stop_prefix_len(text: &str, stop: &[String]) -> usize {
-    let mut best = 0;
-    for s in stop {
-        for (i, _) in s.char_indices().skip(1) {
-            if i > best && text.ends_with(&s[..i]) {
-                best = i;
-            }
-        }
-    }
-    best
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stop_prefix_len_holds_partial_stop_strings() {
-        let stop = vec!["</s>".to_string(), "User:".to_string()];
-        assert_eq!(stop_prefix_len("hello </", &stop), 2);
-        assert_eq!(stop_prefix_len("hello Us", &stop), 2);
-        assert_eq!(stop_prefix_len("hello", &stop), 0);
-        assert_eq!(stop_prefix_len("x<", &stop), 1);
-    }
 }

@@ -136,6 +136,51 @@ fn chat_keeps_the_conversation_and_handles_commands() {
 }
 
 #[test]
+fn run_help_shows_cores_generation_defaults() {
+    let o = inferno(&["run", "--help"], None);
+    assert!(o.status.success());
+    let help = stdout(&o);
+    let d = inferno_core::generate::GenerateOptions::default();
+    for (flag, value) in [
+        ("--temp", d.sampler.temperature.to_string()),
+        ("--top-k", d.sampler.top_k.to_string()),
+        ("--top-p", d.sampler.top_p.to_string()),
+        ("--min-p", d.sampler.min_p.to_string()),
+        ("--repeat-penalty", d.sampler.repeat_penalty.to_string()),
+        ("--max-tokens", d.max_tokens.to_string()),
+    ] {
+        let line = help.lines().position(|l| l.contains(flag)).expect(flag);
+        let text: String = help.lines().skip(line).take(4).collect();
+        assert!(
+            text.contains(&format!("[default: {value}]")),
+            "{flag}: {text}"
+        );
+    }
+}
+
+#[test]
+fn chat_first_turn_equals_run_on_the_same_prompt_greedy_16() {
+    let prompt = "Name three colors.";
+    let args = ["--temp", "0", "--max-tokens", "16"];
+    let run = inferno(&[&["run"][..], &args, &[prompt]].concat(), None);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let chat = inferno(
+        &[&["chat"][..], &args].concat(),
+        Some(format!("{prompt}\n").as_bytes()),
+    );
+    assert!(
+        chat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&chat.stderr)
+    );
+    assert_eq!(stdout(&chat), stdout(&run));
+}
+
+#[test]
 fn run_empty_prompt_is_a_clean_error() {
     assert_clean_error(&inferno(&["run", ""], None), "the prompt is empty");
     assert_clean_error(&inferno(&["run", "--raw", ""], None), "the prompt is empty");

@@ -29,7 +29,7 @@ const waitReady = () => page.waitForSelector('body[data-ready="1"]', { timeout: 
 
 async function chat(message, maxTokens) {
   await page.fill('#temperature', '0');
-  await page.fill('#max-tokens', String(maxTokens));
+  await page.fill('#max_tokens', String(maxTokens));
   const n = await page.locator('.msg.assistant').count();
   await page.click('#input');
   await page.keyboard.type(message, { delay: 10 });

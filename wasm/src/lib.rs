@@ -14,7 +14,8 @@ use inferno_core::chat_session::ChatSession;
 use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::formats::hf_dir::HfFiles;
 use inferno_core::formats::ModelSource;
-use inferno_core::sampler::{argmax, SamplerConfig};
+use inferno_core::generate::GenerateOptions;
+use inferno_core::sampler::argmax;
 use js_sys::{Array, Function, Uint8Array};
 use wasm_bindgen::prelude::*;
 
@@ -182,7 +183,9 @@ impl WasmEngine {
         Ok(session.logits().map_err(js_error)?.to_vec())
     }
 
-    /// `n` greedy tokens after `ids` (argmax, end-of-generation tokens included).
+    /// `n` greedy tokens after `ids` (argmax, end-of-generation tokens included): a probe for
+    /// the bitwise tests against the oracle's unstopped continuations, not a way to generate
+    /// text (that is `WasmChat`, on core's one generation loop).
     pub fn greedy(&self, ids: &[u32], n: usize) -> Result<Vec<u32>, JsError> {
         let mut session = self.engine.new_session();
         session.append(ids).map_err(js_error)?;
@@ -196,6 +199,14 @@ impl WasmEngine {
     }
 }
 
+/// Core's generation defaults as JSON (`temperature`, `top_k`, `top_p`, `min_p`,
+/// `repeat_penalty`, `repeat_last_n`, `seed`, `max_tokens`, `stop`): what the page shows
+/// before the user changes anything, the same values the CLI uses.
+#[wasm_bindgen]
+pub fn generate_defaults() -> String {
+    GenerateOptions::default().to_json()
+}
+
 /// What `sync_draft` or `begin_turn` did to the cache.
 #[wasm_bindgen]
 #[derive(Clone, Copy)]
@@ -206,6 +217,8 @@ pub struct CacheStats {
     pub reused: u32,
     /// Tokens run through the model by this call.
     pub prefilled: u32,
+    /// Oldest turns dropped so the conversation fits the context (0 almost always).
+    pub dropped_turns: u32,
 }
 
 #[wasm_bindgen]
@@ -232,39 +245,12 @@ impl WasmChat {
         self.chat.reset();
     }
 
-    /// Sampler settings; temperature 0 is greedy. The seed restarts the random stream.
-    #[allow(clippy::too_many_arguments)]
-    pub fn set_sampler(
-        &mut self,
-        temperature: f32,
-        top_k: u32,
-        top_p: f32,
-        min_p: f32,
-        repeat_penalty: f32,
-        seed: f64,
-        max_tokens: u32,
-    ) -> Result<(), JsError> {
-        if !(seed.is_finite() && seed >= 0.0 && seed <= 2f64.powi(53)) {
-            return Err(JsError::new("seed must be an integer between 0 and 2^53"));
-        }
-        self.chat
-            .set_sampler(SamplerConfig {
-                temperature,
-                top_k: top_k as usize,
-                top_p,
-                min_p,
-                repeat_penalty,
-                seed: seed as u64,
-                ..SamplerConfig::default()
-            })
-            .map_err(js_error)?;
-        self.chat.max_tokens = max_tokens as usize;
-        Ok(())
-    }
-
-    /// Strings that end a reply (not shown), e.g. a role marker the model might write.
-    pub fn set_stop(&mut self, stop: Vec<String>) {
-        self.chat.stop = stop;
+    /// Generation options as a JSON object with core's field names (see
+    /// `generate_defaults`); missing fields take the defaults. The seed restarts the random
+    /// stream.
+    pub fn set_options(&mut self, options_json: &str) -> Result<(), JsError> {
+        let options = GenerateOptions::from_json(options_json).map_err(js_error)?;
+        self.chat.set_options(options).map_err(js_error)
     }
 
     /// Compose-while-typing: prefills the conversation with `draft` as the next user message.
@@ -274,6 +260,7 @@ impl WasmChat {
             prompt_tokens: 0,
             reused: d.reused as u32,
             prefilled: d.prefilled as u32,
+            dropped_turns: 0,
         })
     }
 
@@ -284,12 +271,18 @@ impl WasmChat {
             prompt_tokens: t.prompt_tokens as u32,
             reused: t.reused as u32,
             prefilled: t.prefilled as u32,
+            dropped_turns: t.dropped_turns as u32,
         })
     }
 
     /// One token of the reply: its text (possibly empty), or undefined when the reply is over.
     pub fn next_token(&mut self) -> Result<Option<String>, JsError> {
         self.chat.next_token().map_err(js_error)
+    }
+
+    /// Ends the reply now (the user pressed Stop); `end_turn` still records it.
+    pub fn cancel(&mut self) {
+        self.chat.cancel();
     }
 
     /// Records the turn (also a reply stopped early) and returns the reply's text.

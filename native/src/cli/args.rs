@@ -1,0 +1,219 @@
+//! The command line: every command and flag of `inferno` (clap), and how flags become engine
+//! and generation options. What the commands do is in the sibling modules.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use inferno_core::engine::{Engine, EngineOptions};
+use inferno_core::generate::GenerateOptions;
+use inferno_core::model::WeightDtype;
+use inferno_core::sampler::SamplerConfig;
+use inferno_native::{bench, convert, load, pool, synthetic};
+
+#[derive(Parser)]
+#[command(
+    name = "inferno",
+    version,
+    about = "Hand-written LLM inference for Llama-family models"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Generate a reply to one prompt, streamed to stdout.
+    Run {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        gen: GenerateArgs,
+        /// Feed the prompt as-is instead of as a user message in the chat template.
+        #[arg(long)]
+        raw: bool,
+        /// The prompt ("-" reads it from stdin).
+        prompt: String,
+    },
+    /// Chat interactively; the session keeps its cache, so each turn prefills only what's new.
+    /// Commands: /reset, /system TEXT, /quit (or Ctrl-D).
+    Chat {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        gen: GenerateArgs,
+    },
+    /// Print the token ids of a text as one JSON array.
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArgs,
+        text: String,
+    },
+    /// Perplexity of a text file: non-overlapping windows (every token but each window's first)
+    /// and llama-perplexity's scoring (second half of full windows). No BOS unless the model asks.
+    Perplexity {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The text file to score.
+        file: PathBuf,
+        /// Window length in tokens.
+        #[arg(long, default_value_t = 512)]
+        window: usize,
+        /// Score only the first N windows (0: all).
+        #[arg(long, default_value_t = 0)]
+        windows: usize,
+    },
+    /// Print what a model file holds: architecture, shape, tensor types, tokenizer.
+    Info {
+        #[command(flatten)]
+        model: ModelArgs,
+    },
+    /// Measure prefill and decode speed (median of trials) against memory bandwidth.
+    Bench(bench::BenchArgs),
+    /// Write a Hugging Face directory (safetensors, config.json, tokenizer files) from a model.
+    Convert {
+        /// Input model (GGUF file or HF directory).
+        input: PathBuf,
+        /// Output directory (created).
+        output: PathBuf,
+        #[arg(long, value_enum, default_value_t = convert::HfDtype::F32)]
+        dtype: convert::HfDtype,
+    },
+    /// Write a GGUF with the linear layers in another type (llama.cpp's reference quantizers).
+    Quantize {
+        /// Input model (GGUF file or HF directory).
+        input: PathBuf,
+        /// Output GGUF file.
+        output: PathBuf,
+        #[arg(long = "type", value_enum, default_value_t = convert::QuantType::Q4_0)]
+        ty: convert::QuantType,
+    },
+    /// Write a random-weight Llama GGUF of a given shape (for benches and tests), with the
+    /// tokenizer of a real GGUF.
+    Synthetic {
+        /// Output GGUF file.
+        output: PathBuf,
+        #[arg(long, value_enum, default_value_t = synthetic::ShapeName::TinyLlama1_1B)]
+        shape: synthetic::ShapeName,
+        #[arg(long = "type", value_enum, default_value_t = synthetic::MatrixType::Q4_0)]
+        ty: synthetic::MatrixType,
+        /// Seed of the weights (same seed, same file).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// GGUF whose tokenizer the model gets [default: the fetched SmolLM2-135M-Instruct].
+        #[arg(long)]
+        tokenizer_from: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// GGUF file or Hugging Face directory [default: the fetched SmolLM2-135M-Instruct].
+    #[arg(long, short)]
+    pub model: Option<PathBuf>,
+    /// Worker threads [default: all cores but one, at least one].
+    #[arg(long, short)]
+    pub threads: Option<usize>,
+    /// Keep weights as stored (quantized) or dequantize to f32 (the verification path).
+    #[arg(long, value_enum, default_value_t = Dtype::Stored)]
+    pub dtype: Dtype,
+}
+
+#[derive(ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum Dtype {
+    Stored,
+    F32,
+}
+
+#[derive(Args, Clone)]
+pub struct GenerateArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = defaults().sampler.temperature)]
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (0: no cut).
+    #[arg(long, default_value_t = defaults().sampler.top_k)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches p (1: no cut).
+    #[arg(long, default_value_t = defaults().sampler.top_p)]
+    pub top_p: f32,
+    /// Drop tokens less likely than min-p times the most likely one (0: no cut).
+    #[arg(long, default_value_t = defaults().sampler.min_p)]
+    pub min_p: f32,
+    /// Penalize tokens seen in the last --repeat-last-n tokens (1: no penalty).
+    #[arg(long, default_value_t = defaults().sampler.repeat_penalty)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = defaults().sampler.repeat_last_n)]
+    pub repeat_last_n: usize,
+    /// Random seed [default: from the clock].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = defaults().max_tokens)]
+    pub max_tokens: usize,
+    /// Stop when this text is generated (repeatable; not printed).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// System message for the chat template.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Print prefill and decode speed to stderr.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Core's defaults, the one place they are defined; the flags above show them.
+fn defaults() -> GenerateOptions {
+    GenerateOptions::default()
+}
+
+impl GenerateArgs {
+    /// The generation options these flags ask for (validated).
+    pub fn options(&self) -> Result<GenerateOptions> {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+        let options = GenerateOptions {
+            sampler: SamplerConfig {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                repeat_penalty: self.repeat_penalty,
+                repeat_last_n: self.repeat_last_n,
+                seed,
+            },
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+        };
+        options.validate()?;
+        Ok(options)
+    }
+}
+
+impl ModelArgs {
+    pub fn path(&self) -> PathBuf {
+        self.model.clone().unwrap_or_else(load::default_model_path)
+    }
+
+    pub fn engine(&self) -> Result<Engine> {
+        let threads = self.threads.unwrap_or_else(pool::default_threads);
+        if threads == 0 || threads > 1024 {
+            bail!("--threads must be between 1 and 1024");
+        }
+        let options = EngineOptions {
+            dtype: if self.dtype == Dtype::F32 {
+                WeightDtype::F32
+            } else {
+                WeightDtype::AsStored
+            },
+            kernels: None,
+            parallel: Some(Arc::new(pool::start(threads)?)),
+        };
+        load::load_engine(&self.path(), options)
+    }
+}
