@@ -16,6 +16,31 @@
 //!   text piece), driven by every front end.
 //! - [`eval`]: perplexity scoring.
 //! - [`engine`]: weights + tokenizer + kernels; the API used by the CLI and the browser.
+//!
+//! The types a program needs are re-exported here. Load a GGUF (its bytes: from a file, a
+//! memory map or a browser download), chat, and stream the reply:
+//!
+//! ```
+//! use inferno_core::{ChatSession, Engine, EngineOptions, GenerateOptions};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let path = std::env::var_os("INFERNO_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|| {
+//! #     std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+//! #         .join(".cache/inferno/models/SmolLM2-135M-Instruct.Q4_1.gguf") // scripts/fetch-model.sh
+//! # });
+//! let bytes = std::fs::read(&path)?;
+//! let engine = Engine::from_gguf_bytes(&bytes, EngineOptions::default())?;
+//!
+//! let mut chat = ChatSession::new(&engine);
+//! chat.set_options(GenerateOptions { max_tokens: 24, ..GenerateOptions::greedy() })?;
+//! chat.begin_turn("What is the capital of France? Answer in one word.")?;
+//! while let Some(piece) = chat.next_token()? {
+//!     print!("{piece}"); // each piece as soon as it is decoded
+//! }
+//! let reply = chat.end_turn()?; // the next turn reuses this turn's KV cache
+//! assert!(reply.contains("Paris"));
+//! # Ok(())
+//! # }
+//! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod chat;
@@ -35,4 +60,11 @@ pub mod sampler;
 pub mod session;
 pub mod tokenizer;
 
+pub use chat::ChatMessage;
+pub use chat_session::{ChatSession, TurnStart};
+pub use engine::{Engine, EngineOptions};
 pub use error::{Error, Result};
+pub use generate::{prefill, GenerateOptions, Generated, Generator, Prefill, StopReason};
+pub use model::WeightDtype;
+pub use sampler::SamplerConfig;
+pub use session::Session;
