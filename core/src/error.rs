@@ -36,6 +36,14 @@ pub enum Error {
         got: Vec<usize>,
     },
 
+    #[error("the {role} token id {id} is outside the vocabulary (the model has {model_vocab} ids, the tokenizer {tokenizer_vocab} tokens)")]
+    TokenOutOfVocabulary {
+        role: String,
+        id: u32,
+        model_vocab: usize,
+        tokenizer_vocab: usize,
+    },
+
     #[error("tensor '{name}' is missing from the model file")]
     MissingTensor { name: String },
 

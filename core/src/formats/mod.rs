@@ -9,7 +9,8 @@ pub mod safetensors;
 
 use crate::config::ModelConfig;
 use crate::quant::GgmlType;
-use crate::Result;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
 
 /// A tensor as stored: type, shape and the bytes (little-endian) it occupies.
 #[derive(Debug, Clone)]
@@ -61,6 +62,37 @@ pub struct SpecialTokens {
     pub eos_extra: Vec<u32>,
     /// Whether a BOS token is prepended to raw text (SmolLM2: false).
     pub add_bos: bool,
+}
+
+impl SpecialTokens {
+    /// Checks at load that every id the engine may feed the model exists in both the tokenizer
+    /// and the model's `vocab_size` rows: bos, eos, the end-of-turn ids, and the tokenizer's
+    /// highest id (an added token past the embedding would fail only when a prompt uses it).
+    pub fn check_ids(&self, tokenizer: &Tokenizer, model_vocab: usize) -> Result<()> {
+        let out_of_vocabulary = |role: String, id: u32| Error::TokenOutOfVocabulary {
+            role,
+            id,
+            model_vocab,
+            tokenizer_vocab: tokenizer.vocab_size(),
+        };
+        let roles = self.bos.map(|id| ("bos", id)).into_iter().chain(
+            self.eos
+                .map(|id| ("eos", id))
+                .into_iter()
+                .chain(self.eos_extra.iter().map(|&id| ("end-of-turn", id))),
+        );
+        for (role, id) in roles {
+            if id as usize >= model_vocab || tokenizer.token_text(id).is_none() {
+                return Err(out_of_vocabulary(role.to_string(), id));
+            }
+        }
+        if let Some((id, token)) = tokenizer.highest_id() {
+            if id as usize >= model_vocab {
+                return Err(out_of_vocabulary(format!("tokenizer's {token:?}"), id));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Tokens that end a turn in the chat formats we know; their ids join [`SpecialTokens::eos_extra`].
