@@ -36,6 +36,13 @@ pub enum Error {
         got: Vec<usize>,
     },
 
+    #[error("{key} = {value}: {problem}")]
+    UnsupportedConfig {
+        key: String,
+        value: String,
+        problem: String,
+    },
+
     #[error("the {role} token id {id} is outside the vocabulary (the model has {model_vocab} ids, the tokenizer {tokenizer_vocab} tokens)")]
     TokenOutOfVocabulary {
         role: String,
