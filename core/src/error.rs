@@ -36,6 +36,27 @@ pub enum Error {
         got: Vec<usize>,
     },
 
+    #[error("tensor '{name}' ({ty}): {rows}x{cols} elements take {expected_bytes} bytes, the tensor has {got_bytes}")]
+    TensorBytes {
+        name: String,
+        ty: &'static str,
+        rows: usize,
+        cols: usize,
+        expected_bytes: u64,
+        got_bytes: u64,
+    },
+
+    #[error("tensor '{name}': unsupported safetensors dtype {dtype} (supported: F32, F16, BF16)")]
+    UnsupportedSafetensorsDtype { name: String, dtype: String },
+
+    #[error("tensor '{name}' is not used by a {n_layers}-layer {architecture} model ({why}); refusing to ignore it")]
+    UnusedTensor {
+        name: String,
+        architecture: String,
+        n_layers: usize,
+        why: String,
+    },
+
     #[error("{key} = {value}: {problem}")]
     UnsupportedConfig {
         key: String,
