@@ -104,6 +104,9 @@ pub enum Error {
     #[error("the prompt is empty")]
     EmptyPrompt,
 
+    #[error("nothing to score: perplexity needs at least 2 tokens, the text has {tokens}")]
+    NothingToScore { tokens: usize },
+
     #[error("context overflow: {needed} positions needed, the context holds {context}")]
     ContextOverflow { needed: usize, context: usize },
 
