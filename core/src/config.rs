@@ -94,7 +94,62 @@ impl ModelConfig {
         {
             return bad("rms_eps and rope_theta must be finite, rope_theta positive");
         }
+        if let Some(scaling) = &self.rope_scaling {
+            scaling.validate()?;
+        }
         Ok(())
+    }
+}
+
+impl RopeScaling {
+    /// Factors that give the forward finite, meaningful frequencies: a factor of 0 divides every
+    /// frequency by zero, and llama3's smoothing divides by `high_freq_factor - low_freq_factor`.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: &str| Err(Error::metadata("rope_scaling", what.to_string()));
+        let positive = |x: f32| x.is_finite() && x > 0.0;
+        match *self {
+            RopeScaling::Linear { factor } => {
+                if !positive(factor) {
+                    return bad(&format!(
+                        "linear factor {factor} must be finite and positive"
+                    ));
+                }
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_context,
+            } => {
+                if !positive(factor) {
+                    return bad(&format!(
+                        "llama3 factor {factor} must be finite and positive"
+                    ));
+                }
+                if !positive(low_freq_factor) || !positive(high_freq_factor) {
+                    return bad(&format!("llama3 low_freq_factor {low_freq_factor} and high_freq_factor {high_freq_factor} must be finite and positive"));
+                }
+                if low_freq_factor == high_freq_factor {
+                    return bad(&format!("llama3 low_freq_factor and high_freq_factor are both {low_freq_factor}; they must differ"));
+                }
+                if original_context == 0 {
+                    return bad("llama3 original context length must be positive");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What kind of JSON value `v` is, for messages.
+fn json_kind(v: &Json) -> &'static str {
+    match v {
+        Json::Null => "null",
+        Json::Bool(_) => "a bool",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
     }
 }
 
@@ -138,6 +193,20 @@ impl ModelConfig {
                     .map_or(0, |t| t.len()),
             },
         };
+        // Partial rotary embedding (RoPE on the first n dimensions of a head) is not computed:
+        // refuse it rather than rotate the whole head.
+        let rope_dims_key = key("rope.dimension_count");
+        if let Some(rope_dims) = file.opt_usize(&rope_dims_key)? {
+            if rope_dims != head_dim {
+                return Err(Error::UnsupportedConfig {
+                    key: rope_dims_key,
+                    value: rope_dims.to_string(),
+                    problem: format!(
+                        "partial rotary embedding is not supported (RoPE must cover the whole head of {head_dim} dimensions)"
+                    ),
+                });
+            }
+        }
         let rope_scaling = Self::gguf_rope_scaling(file, &architecture)?;
         let config = ModelConfig {
             dim,
@@ -256,6 +325,12 @@ impl ModelConfig {
     pub fn from_hf_json(text: &str) -> Result<ModelConfig> {
         let json: Json =
             serde_json::from_str(text).map_err(|e| Error::format("config.json", e.to_string()))?;
+        if !json.is_object() {
+            return Err(Error::format(
+                "config.json",
+                format!("must be a JSON object, found {}", json_kind(&json)),
+            ));
+        }
         let bad = |key: &str, want: &str| {
             Error::metadata(format!("config.json {key}"), format!("expected {want}"))
         };
@@ -310,8 +385,29 @@ impl ModelConfig {
             None if n_heads > 0 => dim / n_heads,
             None => 0,
         };
+        if let Some(factor) = opt_f32(json.get("partial_rotary_factor"), "partial_rotary_factor")? {
+            if factor != 1.0 {
+                return Err(Error::UnsupportedConfig {
+                    key: "config.json partial_rotary_factor".into(),
+                    value: factor.to_string(),
+                    problem:
+                        "partial rotary embedding is not supported (RoPE must cover the whole head)"
+                            .into(),
+                });
+            }
+        }
         // transformers 5 moved rope_theta and the scaling parameters into rope_parameters.
-        let rope_parameters = json.get("rope_parameters").filter(|v| v.is_object());
+        let object_or_null = |key: &str| -> Result<Option<&Json>> {
+            match json.get(key) {
+                None | Some(Json::Null) => Ok(None),
+                Some(v) if v.is_object() => Ok(Some(v)),
+                Some(v) => Err(Error::metadata(
+                    format!("config.json {key}"),
+                    format!("expected an object, found {}", json_kind(v)),
+                )),
+            }
+        };
+        let rope_parameters = object_or_null("rope_parameters")?;
         let rope_theta = match opt_f32(json.get("rope_theta"), "rope_theta")? {
             Some(t) => t,
             None => opt_f32(
@@ -320,10 +416,7 @@ impl ModelConfig {
             )?
             .unwrap_or(10000.0),
         };
-        let scaling_json = json
-            .get("rope_scaling")
-            .filter(|v| !v.is_null())
-            .or(rope_parameters);
+        let scaling_json = object_or_null("rope_scaling")?.or(rope_parameters);
         let rope_scaling = match scaling_json {
             None => None,
             Some(s) => Self::hf_rope_scaling(s)?,
@@ -351,11 +444,15 @@ impl ModelConfig {
     }
 
     fn hf_rope_scaling(s: &Json) -> Result<Option<RopeScaling>> {
-        let kind = s
-            .get("rope_type")
-            .or_else(|| s.get("type"))
-            .and_then(Json::as_str)
-            .unwrap_or("default");
+        let kind = match s.get("rope_type").or_else(|| s.get("type")) {
+            None => "default",
+            Some(v) => v.as_str().ok_or_else(|| {
+                Error::metadata(
+                    "config.json rope_scaling.rope_type",
+                    format!("expected a string, found {}", json_kind(v)),
+                )
+            })?,
+        };
         let num = |key: &str| -> Result<f32> {
             s.get(key)
                 .and_then(Json::as_f64)
@@ -396,8 +493,14 @@ impl ModelConfig {
         })
     }
 
-    /// An HF config.json for this config (for `inferno convert`), readable by transformers.
+    /// An HF config.json for this config with float32 weights, readable by transformers.
     pub fn to_hf_json(&self) -> String {
+        self.to_hf_json_with_dtype("float32")
+    }
+
+    /// An HF config.json whose `torch_dtype` names the dtype the weights are written in
+    /// ("float32", "float16", "bfloat16"), for `inferno convert`.
+    pub fn to_hf_json_with_dtype(&self, torch_dtype: &str) -> String {
         let class = match self.architecture.as_str() {
             "qwen2" => "Qwen2ForCausalLM",
             "qwen3" => "Qwen3ForCausalLM",
@@ -439,7 +542,7 @@ impl ModelConfig {
             "rope_scaling": rope_scaling,
             "tie_word_embeddings": self.tied_embeddings,
             "attention_bias": self.attention_bias,
-            "torch_dtype": "float32",
+            "torch_dtype": torch_dtype,
         });
         serde_json::to_string_pretty(&config).unwrap_or_default()
     }

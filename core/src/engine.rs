@@ -65,6 +65,9 @@ impl Engine {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Engine> {
         let tokenizer = build_tokenizer(&source.tokenizer)?;
+        source
+            .special
+            .check_ids(&tokenizer, source.config.vocab_size)?;
         let special = source.special.clone();
         let token_text =
             |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();

@@ -36,6 +36,42 @@ pub enum Error {
         got: Vec<usize>,
     },
 
+    #[error("tensor '{name}' ({ty}): {rows}x{cols} elements take {expected_bytes} bytes, the tensor has {got_bytes}")]
+    TensorBytes {
+        name: String,
+        ty: &'static str,
+        rows: usize,
+        cols: usize,
+        expected_bytes: u64,
+        got_bytes: u64,
+    },
+
+    #[error("tensor '{name}': unsupported safetensors dtype {dtype} (supported: F32, F16, BF16)")]
+    UnsupportedSafetensorsDtype { name: String, dtype: String },
+
+    #[error("tensor '{name}' is not used by a {n_layers}-layer {architecture} model ({why}); refusing to ignore it")]
+    UnusedTensor {
+        name: String,
+        architecture: String,
+        n_layers: usize,
+        why: String,
+    },
+
+    #[error("{key} = {value}: {problem}")]
+    UnsupportedConfig {
+        key: String,
+        value: String,
+        problem: String,
+    },
+
+    #[error("the {role} token id {id} is outside the vocabulary (the model has {model_vocab} ids, the tokenizer {tokenizer_vocab} tokens)")]
+    TokenOutOfVocabulary {
+        role: String,
+        id: u32,
+        model_vocab: usize,
+        tokenizer_vocab: usize,
+    },
+
     #[error("tensor '{name}' is missing from the model file")]
     MissingTensor { name: String },
 
@@ -67,6 +103,9 @@ pub enum Error {
 
     #[error("the prompt is empty")]
     EmptyPrompt,
+
+    #[error("nothing to score: perplexity needs at least 2 tokens, the text has {tokens}")]
+    NothingToScore { tokens: usize },
 
     #[error("context overflow: {needed} positions needed, the context holds {context}")]
     ContextOverflow { needed: usize, context: usize },

@@ -52,9 +52,12 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// Loads a Hugging Face tokenizer.json.
     pub fn from_json(json: &str) -> Result<Tokenizer> {
-        let inner: tokenizers::Tokenizer = json
-            .parse()
-            .map_err(|e| tk_err("invalid tokenizer.json", e))?;
+        let inner: tokenizers::Tokenizer = json.parse().map_err(|e| match bad_merge(json) {
+            Some(merge) => Error::Tokenizer(format!(
+                "tokenizer.json: merges refer to tokens not in the vocabulary: {merge} ({e})"
+            )),
+            None => tk_err("invalid tokenizer.json", e),
+        })?;
         Ok(Self::wrap(inner))
     }
 
@@ -108,8 +111,17 @@ impl Tokenizer {
                         "missing (needed by a gpt2 tokenizer)",
                     )
                 })?;
-                let pre = lookup(meta, "tokenizer.ggml.pre").and_then(Value::as_str);
-                let pre = pre.unwrap_or("default");
+                // A missing key means llama.cpp's "default"; a value it does not know is refused
+                // (as llama.cpp does), since another pre-tokenizer would give other ids.
+                let pre = match lookup(meta, "tokenizer.ggml.pre") {
+                    None => "default",
+                    Some(v) => v.as_str().ok_or_else(|| {
+                        Error::metadata(
+                            "tokenizer.ggml.pre",
+                            format!("expected a string, found {v:?}"),
+                        )
+                    })?,
+                };
                 build_byte_level(&tokens, merges, pre)?
             }
             "llama" => {
@@ -207,6 +219,15 @@ impl Tokenizer {
         self.vocab_size
     }
 
+    /// The highest id the tokenizer can produce, with its token (None for an empty vocabulary).
+    pub fn highest_id(&self) -> Option<(u32, String)> {
+        self.inner
+            .get_vocab(true)
+            .into_iter()
+            .max_by_key(|&(_, id)| id)
+            .map(|(token, id)| (id, token))
+    }
+
     /// Whether the id is a special token (control token in GGUF terms).
     pub fn is_special(&self, id: u32) -> bool {
         self.special_ids.contains(&id)
@@ -230,6 +251,31 @@ impl Tokenizer {
     }
 }
 
+/// The first BPE merge of a tokenizer.json whose parts or result are not in the vocabulary
+/// (the crate's message names the token only), described for a message.
+fn bad_merge(json: &str) -> Option<String> {
+    let json: serde_json::Value = serde_json::from_str(json).ok()?;
+    let vocab = json["model"]["vocab"].as_object()?;
+    let merges = json["model"]["merges"].as_array()?;
+    for (i, merge) in merges.iter().enumerate() {
+        // A merge is "a b" (older files) or ["a", "b"].
+        let (a, b) = match merge {
+            serde_json::Value::String(s) => s.split_once(' ')?,
+            serde_json::Value::Array(pair) => (pair.first()?.as_str()?, pair.get(1)?.as_str()?),
+            _ => return None,
+        };
+        let merged = format!("{a}{b}");
+        for piece in [a, b, merged.as_str()] {
+            if !vocab.contains_key(piece) {
+                return Some(format!(
+                    "merge {i} ({a:?} + {b:?}) needs {piece:?}, which is not in model.vocab"
+                ));
+            }
+        }
+    }
+    None
+}
+
 fn encode_with(tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>> {
     if text.is_empty() {
         return Ok(Vec::new());
@@ -239,6 +285,20 @@ fn encode_with(tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>
         .map_err(|e| tk_err("encode", e))?;
     Ok(encoding.get_ids().to_vec())
 }
+
+/// The `tokenizer.ggml.pre` values [`build_byte_level`] knows.
+const KNOWN_PRE: [&str; 10] = [
+    "default",
+    "gpt2",
+    "gpt-2",
+    "smollm",
+    "llama3",
+    "llama-bpe",
+    "llama-v3",
+    "smaug-bpe",
+    "dbrx",
+    "qwen2",
+];
 
 /// Byte-level BPE (GPT-2 style) with the pre-tokenizer llama.cpp associates with `pre`.
 fn build_byte_level(tokens: &[String], merges: Merges, pre: &str) -> Result<tokenizers::Tokenizer> {
@@ -277,8 +337,17 @@ fn build_byte_level(tokens: &[String], merges: Merges, pre: &str) -> Result<toke
                 PreTokenizerWrapper::ByteLevel(byte_level.use_regex(false)),
             ]))
         }
-        // gpt2, default and anything unknown: the GPT-2 regex inside ByteLevel.
-        _ => PreTokenizerWrapper::ByteLevel(byte_level),
+        // The GPT-2 regex inside ByteLevel.
+        "gpt2" | "gpt-2" | "default" => PreTokenizerWrapper::ByteLevel(byte_level),
+        other => {
+            return Err(Error::metadata(
+                "tokenizer.ggml.pre",
+                format!(
+                    "unknown pre-tokenizer '{other}' (supported: {})",
+                    KNOWN_PRE.join(", ")
+                ),
+            ))
+        }
     };
     let mut tokenizer = tokenizers::Tokenizer::new(bpe);
     tokenizer

@@ -165,9 +165,9 @@ pub fn convert(input: &Path, output: &Path, dtype: HfDtype) -> Result<()> {
     files.with_source(|source| {
         let weights = Weights::load(source, WeightDtype::AsStored)?;
         let tokenizer = build_tokenizer(&source.tokenizer)?;
-        let ty = match dtype {
-            HfDtype::F32 => GgmlType::F32,
-            HfDtype::Bf16 => GgmlType::BF16,
+        let (ty, torch_dtype) = match dtype {
+            HfDtype::F32 => (GgmlType::F32, "float32"),
+            HfDtype::Bf16 => (GgmlType::BF16, "bfloat16"),
         };
         let tensors = weight_tensors(&weights)
             .into_iter()
@@ -185,7 +185,10 @@ pub fn convert(input: &Path, output: &Path, dtype: HfDtype) -> Result<()> {
             std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))
         };
         write("model.safetensors", &safetensors)?;
-        write("config.json", source.config.to_hf_json().as_bytes())?;
+        write(
+            "config.json",
+            source.config.to_hf_json_with_dtype(torch_dtype).as_bytes(),
+        )?;
         write("tokenizer.json", tokenizer.to_json()?.as_bytes())?;
         let token = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i));
         let mut tc = serde_json::json!({

@@ -127,10 +127,18 @@ impl<'a> ModelSource<'a> {
         let mut tensors: Vec<RawTensor<'a>> = Vec::new();
         for shard in &files.shards {
             for tensor in safetensors::read(shard)? {
-                // Tensors the forward does not use (rotary_emb.inv_freq, ...) are dropped.
-                let Some(name) = names::hf_to_gguf(&tensor.name) else {
+                // transformers used to save RoPE's inverse frequencies, which it recomputes
+                // (as inferno does); any other tensor the forward would not read is refused.
+                if tensor.name.ends_with("rotary_emb.inv_freq") {
                     continue;
-                };
+                }
+                let name = names::hf_to_gguf(&tensor.name).ok_or_else(|| {
+                    let why = "not a tensor of the Llama layout".to_string();
+                    super::unused_tensor(&tensor.name, &config, why)
+                })?;
+                if let Some(why) = super::unused_tensor_reason(&name, &config) {
+                    return Err(super::unused_tensor(&tensor.name, &config, why));
+                }
                 if tensors.iter().any(|t| t.name == name) {
                     return Err(Error::format(
                         "safetensors",

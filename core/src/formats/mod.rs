@@ -9,7 +9,8 @@ pub mod safetensors;
 
 use crate::config::ModelConfig;
 use crate::quant::GgmlType;
-use crate::Result;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
 
 /// A tensor as stored: type, shape and the bytes (little-endian) it occupies.
 #[derive(Debug, Clone)]
@@ -63,6 +64,98 @@ pub struct SpecialTokens {
     pub add_bos: bool,
 }
 
+impl SpecialTokens {
+    /// Checks at load that every id the engine may feed the model exists in both the tokenizer
+    /// and the model's `vocab_size` rows: bos, eos, the end-of-turn ids, and the tokenizer's
+    /// highest id (an added token past the embedding would fail only when a prompt uses it).
+    pub fn check_ids(&self, tokenizer: &Tokenizer, model_vocab: usize) -> Result<()> {
+        let out_of_vocabulary = |role: String, id: u32| Error::TokenOutOfVocabulary {
+            role,
+            id,
+            model_vocab,
+            tokenizer_vocab: tokenizer.vocab_size(),
+        };
+        let roles = self.bos.map(|id| ("bos", id)).into_iter().chain(
+            self.eos
+                .map(|id| ("eos", id))
+                .into_iter()
+                .chain(self.eos_extra.iter().map(|&id| ("end-of-turn", id))),
+        );
+        for (role, id) in roles {
+            if id as usize >= model_vocab || tokenizer.token_text(id).is_none() {
+                return Err(out_of_vocabulary(role.to_string(), id));
+            }
+        }
+        if let Some((id, token)) = tokenizer.highest_id() {
+            if id as usize >= model_vocab {
+                return Err(out_of_vocabulary(format!("tokenizer's {token:?}"), id));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Per-layer tensors the Llama forward reads, after `blk.N.`; the biases and QK norms are
+/// optional (Qwen2, Qwen3).
+pub const LAYER_TENSORS: [&str; 14] = [
+    "attn_norm.weight",
+    "attn_q.weight",
+    "attn_k.weight",
+    "attn_v.weight",
+    "attn_q.bias",
+    "attn_k.bias",
+    "attn_v.bias",
+    "attn_q_norm.weight",
+    "attn_k_norm.weight",
+    "attn_output.weight",
+    "ffn_norm.weight",
+    "ffn_gate.weight",
+    "ffn_up.weight",
+    "ffn_down.weight",
+];
+
+/// Tensors outside the layers that the forward reads (`output.weight` is absent when tied).
+pub const GLOBAL_TENSORS: [&str; 3] = ["token_embd.weight", "output_norm.weight", "output.weight"];
+
+/// Why the forward for `config` would not read the tensor named `name` (a canonical GGUF
+/// name), or `None` if it reads it. A tensor that is not read means the file describes another
+/// model than the config does (e.g. a block count below the file's layers), and running it
+/// anyway gives wrong output without a word.
+pub fn unused_tensor_reason(name: &str, config: &ModelConfig) -> Option<String> {
+    if GLOBAL_TENSORS.contains(&name) {
+        return None;
+    }
+    if name == "rope_freqs.weight" {
+        // llama.cpp's llama3 factors: inferno computes them from the llama3 parameters.
+        return match config.rope_scaling {
+            Some(crate::config::RopeScaling::Llama3 { .. }) => None,
+            _ => Some("per-frequency RoPE factors need llama3 RoPE scaling".into()),
+        };
+    }
+    let Some((layer, suffix)) = names::split_layer(name, "blk.") else {
+        return Some("not a tensor of the Llama layout".into());
+    };
+    if !LAYER_TENSORS.contains(&suffix) {
+        return Some(format!("the forward has no per-layer '{suffix}'"));
+    }
+    if layer >= config.n_layers {
+        return Some(format!(
+            "layer {layer} is past the config's {} layers",
+            config.n_layers
+        ));
+    }
+    None
+}
+
+fn unused_tensor(name: &str, config: &ModelConfig, why: String) -> Error {
+    Error::UnusedTensor {
+        name: name.to_string(),
+        architecture: config.architecture.clone(),
+        n_layers: config.n_layers,
+        why,
+    }
+}
+
 /// Tokens that end a turn in the chat formats we know; their ids join [`SpecialTokens::eos_extra`].
 pub const END_OF_TURN_TOKENS: [&str; 4] = ["<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"];
 
@@ -86,6 +179,12 @@ impl<'a> ModelSource<'a> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        if let Some((name, why)) = tensors
+            .iter()
+            .find_map(|t| Some((&t.name, unused_tensor_reason(&t.name, &config)?)))
+        {
+            return Err(unused_tensor(name, &config, why));
+        }
         // llama.cpp's converter permutes Q/K rows for llama and mistral only; Qwen keeps HF order.
         let qk_row_order = match config.architecture.as_str() {
             "llama" | "mistral" => QkRowOrder::Interleaved,

@@ -30,7 +30,7 @@ const GLOBAL_NAMES: [(&str, &str); 3] = [
 ];
 
 /// Splits `prefix` + layer number + `.` + rest.
-fn split_layer<'n>(name: &'n str, prefix: &str) -> Option<(usize, &'n str)> {
+pub(crate) fn split_layer<'n>(name: &'n str, prefix: &str) -> Option<(usize, &'n str)> {
     let rest = name.strip_prefix(prefix)?;
     let (layer, suffix) = rest.split_once('.')?;
     // Reject "01" or "+1" so that the map is one-to-one.

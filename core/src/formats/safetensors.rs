@@ -32,14 +32,18 @@ pub fn dtype_of(ty: GgmlType) -> Option<Dtype> {
 
 /// Every tensor of one shard, in the file's order, borrowing the shard's bytes.
 pub fn read(bytes: &[u8]) -> Result<Vec<RawTensor<'_>>> {
-    let file =
-        SafeTensors::deserialize(bytes).map_err(|e| Error::format("safetensors", e.to_string()))?;
+    let file = SafeTensors::deserialize(bytes).map_err(|e| {
+        let problem = match bad_tensor_in_header(bytes) {
+            Some(tensor_problem) => format!("{tensor_problem} ({e})"),
+            None => e.to_string(),
+        };
+        Error::format("safetensors", problem)
+    })?;
     let mut tensors: Vec<RawTensor> = Vec::with_capacity(file.len());
     for (name, view) in file.iter() {
-        let ty = ggml_type_of(view.dtype()).ok_or_else(|| Error::UnsupportedTensorType {
+        let ty = ggml_type_of(view.dtype()).ok_or_else(|| Error::UnsupportedSafetensorsDtype {
             name: name.to_string(),
-            ggml_type: u32::MAX,
-            type_name: format!("safetensors {:?}", view.dtype()),
+            dtype: view.dtype().to_string(),
         })?;
         let shape = view.shape().to_vec();
         // The crate checks this too; a mismatch here would make every later slice wrong.
@@ -63,6 +67,83 @@ pub fn read(bytes: &[u8]) -> Result<Vec<RawTensor<'_>>> {
     // Data order, as a reader of the file would expect it (iteration order is the header's).
     tensors.sort_by_key(|t| t.data.as_ptr() as usize);
     Ok(tensors)
+}
+
+/// Bits per element of the safetensors dtypes (the crate's names), for messages only.
+fn dtype_bits(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "F4" => 4,
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" => 8,
+        "U16" | "I16" | "F16" | "BF16" => 16,
+        "U32" | "I32" | "F32" => 32,
+        "U64" | "I64" | "F64" | "C64" => 64,
+        _ => return None,
+    })
+}
+
+/// The crate's header errors mostly do not say which tensor is wrong: find the first tensor
+/// whose entry is malformed (unknown dtype, shape that overflows or disagrees with its offsets,
+/// offsets past the data), in data order, as the crate checks them. `None` if the header is not
+/// readable or every entry looks fine.
+fn bad_tensor_in_header(bytes: &[u8]) -> Option<String> {
+    let header_len = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let end = 8u64.checked_add(header_len)?;
+    let header = bytes.get(8..usize::try_from(end).ok()?)?;
+    let data_len = bytes.len() as u64 - end;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(header).ok()?;
+    let mut entries: Vec<(&String, &serde_json::Value)> = header
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__")
+        .collect();
+    let start_of = |v: &serde_json::Value| v["data_offsets"][0].as_u64().unwrap_or(0);
+    entries.sort_by_key(|(_, v)| start_of(v));
+    let mut expected_start = 0u64;
+    for (name, info) in entries {
+        let dtype = info["dtype"].as_str().unwrap_or("(none)");
+        let Some(bits) = dtype_bits(dtype) else {
+            return Some(format!("tensor '{name}': unknown dtype '{dtype}'"));
+        };
+        let shape: Option<Vec<u64>> = info["shape"]
+            .as_array()
+            .and_then(|dims| dims.iter().map(serde_json::Value::as_u64).collect());
+        let Some(shape) = shape else {
+            return Some(format!("tensor '{name}': shape is not a list of sizes"));
+        };
+        let offsets = (
+            info["data_offsets"][0].as_u64(),
+            info["data_offsets"][1].as_u64(),
+        );
+        let (Some(start), Some(stop)) = offsets else {
+            return Some(format!("tensor '{name}': data_offsets is not [start, end]"));
+        };
+        if start != expected_start || stop < start {
+            return Some(format!(
+                "tensor '{name}': data_offsets [{start}, {stop}] do not follow the previous tensor (which ends at {expected_start})"
+            ));
+        }
+        let size = shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(bits))
+            .map(|b| b.div_ceil(8));
+        match size {
+            None => return Some(format!("tensor '{name}': shape {shape:?} overflows")),
+            Some(size) if size != stop - start => {
+                return Some(format!(
+                "tensor '{name}': {dtype} shape {shape:?} takes {size} bytes, data_offsets give {}",
+                stop - start
+            ))
+            }
+            Some(_) => {}
+        }
+        if stop > data_len {
+            return Some(format!(
+                "tensor '{name}': data_offsets end at {stop}, past the {data_len} bytes of data"
+            ));
+        }
+        expected_start = stop;
+    }
+    None
 }
 
 /// A tensor handed to the safetensors serializer.

@@ -142,12 +142,21 @@ impl Matrix {
         use crate::quant::*;
         let n = (rows as u64).checked_mul(cols as u64);
         let expected = n.and_then(|n| ty.bytes_for(n));
-        if ty.block_len() > 1 && cols % ty.block_len() != 0 || expected != Some(bytes.len() as u64)
-        {
+        if ty.block_len() > 1 && !cols.is_multiple_of(ty.block_len()) {
             return Err(Error::ShapeMismatch {
                 name: name.to_string(),
-                expected: vec![rows, cols],
-                got: vec![bytes.len(), ty.block_bytes()],
+                expected: vec![rows, cols.next_multiple_of(ty.block_len())],
+                got: vec![rows, cols],
+            });
+        }
+        if expected != Some(bytes.len() as u64) {
+            return Err(Error::TensorBytes {
+                name: name.to_string(),
+                ty: ty.name(),
+                rows,
+                cols,
+                expected_bytes: expected.unwrap_or(u64::MAX),
+                got_bytes: bytes.len() as u64,
             });
         }
         let data = match ty {

@@ -6,7 +6,8 @@ mod generate;
 
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use inferno_native::progress::{PlainOutput, Progress};
 use inferno_native::{bench, convert, load, synthetic};
 
 use args::{Cli, Command};
@@ -39,6 +40,9 @@ pub fn run(cli: Cli) -> Result<()> {
             window,
             windows,
         } => {
+            if window < 2 {
+                bail!("--window must be at least 2 tokens (a window's first token is not scored), got {window}");
+            }
             let bytes =
                 std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
             let text = String::from_utf8(bytes).map_err(|e| {
@@ -49,18 +53,31 @@ pub fn run(cli: Cli) -> Result<()> {
                 )
             })?;
             let engine = model.engine()?;
-            let mut tokens = engine.encode_prompt(&text)?;
+            let mut tokens = match engine.encode_prompt(&text) {
+                Err(inferno_core::Error::EmptyPrompt) => {
+                    bail!("{} has no tokens to score", file.display())
+                }
+                tokens => tokens?,
+            };
             if windows > 0 {
                 tokens.truncate(windows * window);
             }
             let t0 = Instant::now();
-            let nll =
-                inferno_core::eval::window_nll(&engine, &tokens, window, &mut |done, total| {
-                    eprint!("\rwindow {done}/{total}");
-                })?;
-            eprintln!();
-            let p = inferno_core::eval::perplexity(&nll, window);
-            println!("tokens {} | non-overlapping {window}: ppl {:.4} over {} tokens | llama.cpp-style: ppl {:.4} over {} tokens | {:.1} s | kernels {}", tokens.len(), p.non_overlapping, p.non_overlapping_scored, p.llamacpp_style, p.llamacpp_style_scored, t0.elapsed().as_secs_f64(), engine.kernels().name);
+            let progress = Progress::new("perplexity", "windows", PlainOutput::EveryStep);
+            let p = inferno_core::eval::score(&engine, &tokens, window, &mut |done, total| {
+                progress.set(done, total)
+            })
+            .with_context(|| format!("cannot score {}", file.display()))?;
+            progress.finish();
+            // llama.cpp scores full windows only: a shorter text has no such score (not 1.0).
+            let llamacpp = match p.llamacpp_style_scored {
+                0 => format!("llama.cpp-style: n/a (no full window of {window} tokens)"),
+                n => format!(
+                    "llama.cpp-style: ppl {:.4} over {n} tokens",
+                    p.llamacpp_style
+                ),
+            };
+            println!("tokens {} | non-overlapping {window}: ppl {:.4} over {} tokens | {llamacpp} | {:.1} s | kernels {}", tokens.len(), p.non_overlapping, p.non_overlapping_scored, t0.elapsed().as_secs_f64(), engine.kernels().name);
             Ok(())
         }
         Command::Info { model } => convert::info(&model.path()),
