@@ -2,7 +2,6 @@
 //! directory (oracle's SmolLM2 tokenizer files + synthetic shards) as a ModelSource, the shard
 //! index, and config.json in both directions.
 
-
 use inferno_core::config::{ModelConfig, RopeScaling};
 use inferno_core::formats::hf_dir::{shard_names, write_safetensors, HfFiles};
 use inferno_core::formats::{safetensors, ModelSource, QkRowOrder, SpecialTokens, TokenizerSource};

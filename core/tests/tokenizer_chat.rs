@@ -2,7 +2,6 @@
 //! the oracle's prompt_text and encode to its prompt_ids; plus the Jinja features HF templates
 //! lean on (raise_exception, loop controls, tojson, Python string methods, strftime_now).
 
-
 use inferno_core::chat::{ChatMessage, ChatTemplate};
 use inferno_core::tokenizer::Tokenizer;
 use inferno_core::Error;
