@@ -4,7 +4,7 @@
 //! token tails) and edge values (+-0, subnormals, huge, inf, NaN, int8 extremes, zero blocks).
 
 use inferno_core::kernels::testdata::{bits_eq, random_activations, random_matrix, Rng};
-use inferno_core::kernels::{reference, Input, Kernels, KvSlice, MatrixData};
+use inferno_core::kernels::{reference, Input, Kernels, KvHead, KvSlice, MatrixData};
 use inferno_core::quant::repack::untile_row;
 use inferno_core::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
 
@@ -373,7 +373,17 @@ fn check_attention(
     let mut want = vec![0.0; queries * width];
     let mut outs: Vec<&mut [f32]> = want.chunks_mut(width).collect();
     reference::attention(
-        &qs, head_dim, ks, vs, first, stride, head_dim, scale, &mut outs,
+        &qs,
+        &KvHead {
+            keys: ks,
+            values: vs,
+            positions: first,
+            kv_dim: stride,
+            offset: head_dim,
+            head_dim,
+            scale,
+        },
+        &mut outs,
     );
     // Every (query, head) is exactly that head's one-query attention.
     for (pair, (qh, wh)) in q.chunks(head_dim).zip(want.chunks(head_dim)).enumerate() {
@@ -381,13 +391,15 @@ fn check_attention(
         let n = first + pair / heads;
         reference::attention(
             &[qh],
-            head_dim,
-            ks,
-            vs,
-            n,
-            stride,
-            head_dim,
-            scale,
+            &KvHead {
+                keys: ks,
+                values: vs,
+                positions: n,
+                kv_dim: stride,
+                offset: head_dim,
+                head_dim,
+                scale,
+            },
             &mut [&mut alone[..]],
         );
         assert_bits_eq("attention (query, head) alone", "reference", &alone, wh);
@@ -399,7 +411,17 @@ fn check_attention(
         let mut got = vec![3.0; queries * width];
         let mut outs: Vec<&mut [f32]> = got.chunks_mut(width).collect();
         (k.attention)(
-            &qs, head_dim, ks, vs, first, stride, head_dim, scale, &mut outs,
+            &qs,
+            &KvHead {
+                keys: ks,
+                values: vs,
+                positions: first,
+                kv_dim: stride,
+                offset: head_dim,
+                head_dim,
+                scale,
+            },
+            &mut outs,
         );
         assert_bits_eq(&what, k.name, &got, &want);
     }

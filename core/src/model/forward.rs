@@ -2,9 +2,10 @@
 //! its steps: matmul over threads, RMSNorm rows, attention over the cache; plus the reused work
 //! buffers ([`Scratch`]) and matmul inputs ([`Activations`]).
 
-use super::{KvCache, Stacked, Tuning, Weights};
+use super::{KvCache, LayerCache, LayerWeights, Stacked, Tuning, Weights};
+use crate::config::ModelConfig;
 use crate::kernels::tiles::{for_each_tile, MAX_TOKENS_PER_CALL};
-use crate::kernels::{Input, Kernels, Matrix};
+use crate::kernels::{Input, Kernels, KvHead, Matrix};
 use crate::parallel::Parallel;
 use crate::quant::{BlockQ8Act, QK};
 use crate::{Error, Result};
@@ -20,24 +21,31 @@ pub enum LogitsFor {
     None,
 }
 
+/// What a forward pass computes with: the backend's kernels, the threads, and how work is cut
+/// for them. Only the speed depends on these, never a result (rule 7).
+#[derive(Clone, Copy)]
+pub struct Compute<'a> {
+    pub kernels: &'a Kernels,
+    pub parallel: &'a dyn Parallel,
+    pub tuning: &'a Tuning,
+}
+
 impl Weights {
     /// Runs the model over `tokens` at positions `cache.len ..`, appending their K/V to `cache`,
     /// and returns the logits asked for (`vocab_size` per position, in order), which live in
-    /// `scratch` until the next call. `tuning` only says how work is cut for threads.
-    #[allow(clippy::too_many_arguments)]
+    /// `scratch` until the next call.
     pub fn forward<'s>(
         &self,
-        k: &Kernels,
-        par: &dyn Parallel,
-        tuning: &Tuning,
+        compute: Compute<'_>,
         cache: &mut KvCache,
         scratch: &'s mut Scratch,
         tokens: &[u32],
         want: LogitsFor,
     ) -> Result<&'s [f32]> {
         let c = &self.config;
+        let kernels = compute.kernels;
         let (n, pos0) = (tokens.len(), cache.len);
-        let (dim, hd, q_dim, kv_dim, hidden) =
+        let (dim, head_dim, q_dim, kv_dim, hidden_dim) =
             (c.dim, c.head_dim, c.q_dim(), c.kv_dim(), c.hidden_dim);
         if n == 0 {
             return Ok(&[]);
@@ -77,8 +85,8 @@ impl Weights {
         let qkv = sized(qkv, n * qkv_dim); // (n, q_dim + 2*kv_dim): q, k, v of each token
         let att = sized(att, n * q_dim); // (n, q_dim), attention output per head
         let proj = sized(proj, n * dim); // (n, dim), a projection back to the stream
-        let ffn = sized(ffn, n * 2 * hidden); // (n, 2*hidden_dim): gate, up of each token
-        let head = sized(head, hd); // (head_dim), one head before its QK-norm
+        let ffn = sized(ffn, n * 2 * hidden_dim); // (n, 2*hidden_dim): gate, up of each token
+        let head = sized(head, head_dim); // (head_dim), one head before its QK-norm
 
         // token embeddings
         for (t, &tok) in tokens.iter().enumerate() {
@@ -86,102 +94,36 @@ impl Weights {
                 .row_f32(tok as usize, &mut x[t * dim..(t + 1) * dim]);
         }
         // RoPE angles for these positions
-        let half = hd / 2;
         self.rope_angles(pos0, n, cos, sin); // (n, head_dim/2) each
-        let scale = 1.0 / (hd as f32).sqrt();
-        let group = c.n_heads / c.n_kv_heads;
 
         for (l, w) in self.layers.iter().enumerate() {
+            let layer_cache = &mut cache.layers[l];
             // attention RMSNorm
-            rmsnorm_rows(k, x, &w.attn_norm, c.rms_eps, xn);
+            rmsnorm_rows(kernels, x, &w.attn_norm, c.rms_eps, xn);
             // q, k, v for these positions: one matmul when Q, K and V are fused
-            act.set(k, xn, dim, dim);
-            matmul_stacked(k, par, tuning, &w.wqkv, act, qkv);
-            let cache_l = &mut cache.layers[l];
-            for (t, row) in qkv.chunks_exact_mut(qkv_dim).enumerate() {
-                let (q, rest) = row.split_at_mut(q_dim);
-                let (kt, vt) = rest.split_at_mut(kv_dim);
-                add_bias(q, w.bq.as_deref());
-                add_bias(kt, w.bk.as_deref());
-                add_bias(vt, w.bv.as_deref());
-                // per-head QK-norm (Qwen3)
-                if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
-                    for (part, norm) in [(&mut *q, qn), (&mut *kt, kn)] {
-                        for h in part.chunks_exact_mut(hd) {
-                            head.copy_from_slice(h);
-                            (k.rmsnorm)(head, norm, c.rms_eps, h);
-                        }
-                    }
-                }
-                // RoPE
-                let (ct, st) = (
-                    &cos[t * half..(t + 1) * half],
-                    &sin[t * half..(t + 1) * half],
-                );
-                (k.rope)(q, hd, ct, st);
-                (k.rope)(kt, hd, ct, st);
-                // K and V into the cache at position pos0 + t
-                cache_l.k.write((pos0 + t) * kv_dim, kt);
-                cache_l.v.write((pos0 + t) * kv_dim, vt);
-            }
-            // attention over the cache: token t sees positions 0 ..= pos0 + t; query head h reads
-            // KV head h / group. A work item is some query heads of one KV head for a tile of
-            // tokens; one kernel call takes them all, so each block of the KV head is read and
-            // converted once and reused from L1 by every (token, head) pair.
-            let (keys, values) = (cache_l.k.view(), cache_l.v.view());
-            let qkv: &[f32] = qkv;
-            let heads_per_item = attention_heads_per_item(c.n_heads, group, n, par.threads());
-            let item_tokens = tuning.attention_tokens;
-            for_each_tile(
-                par,
-                att,
-                q_dim,
-                0,
-                q_dim,
-                heads_per_item * hd,
-                item_tokens,
-                &|first, t0, outs| {
-                    // (tokens, heads * hd) query rows of this item; token t0 + j sees
-                    // pos0 + t0 + 1 + j positions.
-                    let width = outs.first().map_or(0, |o| o.len());
-                    let row = |j: usize| {
-                        let at = (t0 + j) * qkv_dim + first;
-                        &qkv[at..at + width]
-                    };
-                    let mut qs: [&[f32]; MAX_TOKENS_PER_CALL] = [&[]; MAX_TOKENS_PER_CALL];
-                    for (j, q) in qs.iter_mut().enumerate().take(outs.len()) {
-                        *q = row(j);
-                    }
-                    (k.attention)(
-                        &qs[..outs.len()],
-                        hd,
-                        keys,
-                        values,
-                        pos0 + t0 + 1,
-                        kv_dim,
-                        (first / hd / group) * hd,
-                        scale,
-                        outs,
-                    );
-                },
-            );
+            act.set(kernels, xn, dim, dim);
+            matmul_stacked(compute, &w.wqkv, act, qkv);
+            // biases, QK-norm, RoPE; K and V into the cache
+            qkv_to_cache(kernels, c, w, qkv, head, cos, sin, layer_cache, pos0);
+            // attention over the cache
+            attention(compute, c, layer_cache, qkv, att, pos0);
             // output projection, residual
-            act.set(k, att, q_dim, q_dim);
-            matmul(k, par, tuning, &w.wo, act, proj, dim, 0);
+            act.set(kernels, att, q_dim, q_dim);
+            matmul(compute, &w.wo, act, proj, dim, 0);
             add_into(x, proj);
 
             // FFN RMSNorm
-            rmsnorm_rows(k, x, &w.ffn_norm, c.rms_eps, xn);
+            rmsnorm_rows(kernels, x, &w.ffn_norm, c.rms_eps, xn);
             // SwiGLU: gate and up in one matmul when fused
-            act.set(k, xn, dim, dim);
-            matmul_stacked(k, par, tuning, &w.w_gate_up, act, ffn);
-            for row in ffn.chunks_exact_mut(2 * hidden) {
-                let (gate, up) = row.split_at_mut(hidden);
-                (k.silu_mul)(gate, up);
+            act.set(kernels, xn, dim, dim);
+            matmul_stacked(compute, &w.w_gate_up, act, ffn);
+            for row in ffn.chunks_exact_mut(2 * hidden_dim) {
+                let (gate, up) = row.split_at_mut(hidden_dim);
+                (kernels.silu_mul)(gate, up);
             }
-            act.set(k, ffn, 2 * hidden, hidden);
-            matmul(k, par, tuning, &w.w_down, act, proj, dim, 0);
-            // residual
+            // down projection, residual
+            act.set(kernels, ffn, 2 * hidden_dim, hidden_dim);
+            matmul(compute, &w.w_down, act, proj, dim, 0);
             add_into(x, proj);
         }
         cache.len = pos0 + n;
@@ -194,11 +136,11 @@ impl Weights {
         };
         let x = &x[rows.start * dim..rows.end * dim];
         let xn = &mut xn[..x.len()];
-        rmsnorm_rows(k, x, &self.output_norm, c.rms_eps, xn);
-        act.set(k, xn, dim, dim);
+        rmsnorm_rows(kernels, x, &self.output_norm, c.rms_eps, xn);
+        act.set(kernels, xn, dim, dim);
         logits.resize(rows.len() * c.vocab_size, 0.0); // (positions, vocab_size)
         let output = self.output_matrix();
-        matmul(k, par, tuning, output, act, logits, c.vocab_size, 0);
+        matmul(compute, output, act, logits, c.vocab_size, 0);
         Ok(logits)
     }
 
@@ -229,6 +171,103 @@ fn attention_heads_per_item(n_heads: usize, group: usize, tokens: usize, threads
         .rev()
         .find(|&d| group.is_multiple_of(d) && n_heads / d >= threads)
         .unwrap_or(1)
+}
+
+/// The q, k, v rows of these tokens, made ready for attention: biases (Qwen2), per-head QK-norm
+/// (Qwen3) and RoPE on q and k; then k and v into the cache at positions `pos0 ..`.
+#[allow(clippy::too_many_arguments)]
+fn qkv_to_cache(
+    kernels: &Kernels,
+    c: &ModelConfig,
+    w: &LayerWeights,
+    qkv: &mut [f32],
+    head: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    layer_cache: &mut LayerCache,
+    pos0: usize,
+) {
+    let (head_dim, q_dim, kv_dim) = (c.head_dim, c.q_dim(), c.kv_dim());
+    let half = head_dim / 2;
+    for (t, row) in qkv.chunks_exact_mut(q_dim + 2 * kv_dim).enumerate() {
+        let (q, rest) = row.split_at_mut(q_dim);
+        let (k, v) = rest.split_at_mut(kv_dim);
+        add_bias(q, w.bq.as_deref());
+        add_bias(k, w.bk.as_deref());
+        add_bias(v, w.bv.as_deref());
+        // per-head QK-norm (Qwen3)
+        if let (Some(q_norm), Some(k_norm)) = (&w.q_norm, &w.k_norm) {
+            for (part, norm) in [(&mut *q, q_norm), (&mut *k, k_norm)] {
+                for h in part.chunks_exact_mut(head_dim) {
+                    head.copy_from_slice(h);
+                    (kernels.rmsnorm)(head, norm, c.rms_eps, h);
+                }
+            }
+        }
+        // RoPE
+        let (cos_t, sin_t) = (
+            &cos[t * half..(t + 1) * half],
+            &sin[t * half..(t + 1) * half],
+        );
+        (kernels.rope)(q, head_dim, cos_t, sin_t);
+        (kernels.rope)(k, head_dim, cos_t, sin_t);
+        // K and V into the cache at position pos0 + t
+        layer_cache.k.write((pos0 + t) * kv_dim, k);
+        layer_cache.v.write((pos0 + t) * kv_dim, v);
+    }
+}
+
+/// Attention over the cache, into `att` (n, q_dim): token t sees positions 0 ..= pos0 + t;
+/// query head h reads KV head h / group. A work item is some query heads of one KV head for a
+/// tile of tokens; one kernel call takes them all, so each block of the KV head is read and
+/// converted once and reused from L1 by every (token, head) pair.
+fn attention(
+    compute: Compute<'_>,
+    c: &ModelConfig,
+    layer_cache: &LayerCache,
+    qkv: &[f32],
+    att: &mut [f32],
+    pos0: usize,
+) {
+    let (head_dim, q_dim, kv_dim) = (c.head_dim, c.q_dim(), c.kv_dim());
+    let qkv_dim = q_dim + 2 * kv_dim;
+    let n = qkv.len() / qkv_dim;
+    let group = c.n_heads / c.n_kv_heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let (keys, values) = (layer_cache.k.view(), layer_cache.v.view());
+    let heads_per_item = attention_heads_per_item(c.n_heads, group, n, compute.parallel.threads());
+    for_each_tile(
+        compute.parallel,
+        att,
+        q_dim,
+        0,
+        q_dim,
+        heads_per_item * head_dim,
+        compute.tuning.attention_tokens,
+        &|first, t0, outs| {
+            // (tokens, heads * head_dim) query rows of this item; token t0 + j sees
+            // pos0 + t0 + 1 + j positions.
+            let width = outs.first().map_or(0, |o| o.len());
+            let row = |j: usize| {
+                let at = (t0 + j) * qkv_dim + first;
+                &qkv[at..at + width]
+            };
+            let mut qs: [&[f32]; MAX_TOKENS_PER_CALL] = [&[]; MAX_TOKENS_PER_CALL];
+            for (j, q) in qs.iter_mut().enumerate().take(outs.len()) {
+                *q = row(j);
+            }
+            let kv_head = KvHead {
+                keys,
+                values,
+                positions: pos0 + t0 + 1,
+                kv_dim,
+                offset: (first / head_dim / group) * head_dim,
+                head_dim,
+                scale,
+            };
+            (compute.kernels.attention)(&qs[..outs.len()], &kv_head, outs);
+        },
+    );
 }
 
 /// The first `n` elements of a reused buffer, grown if needed (allocates only while growing).
@@ -274,7 +313,7 @@ pub(super) struct Activations {
 
 impl Activations {
     /// The input is the first `cols` values of every `stride`-long row of `x`.
-    pub(super) fn set(&mut self, k: &Kernels, x: &[f32], stride: usize, cols: usize) {
+    pub(super) fn set(&mut self, kernels: &Kernels, x: &[f32], stride: usize, cols: usize) {
         let n = x.len() / stride;
         self.cols = cols;
         self.f32.clear();
@@ -290,7 +329,7 @@ impl Activations {
                 .chunks_exact(cols)
                 .zip(self.q8.chunks_exact_mut(nb))
             {
-                (k.quantize_q8)(row, q);
+                (kernels.quantize_q8)(row, q);
             }
         }
     }
@@ -304,29 +343,19 @@ impl Activations {
     }
 }
 
-/// Matmuls of a stack (one call when fused): `out` holds n tokens of `s.rows()` values.
-fn matmul_stacked(
-    k: &Kernels,
-    par: &dyn Parallel,
-    tuning: &Tuning,
-    s: &Stacked,
-    x: &Activations,
-    out: &mut [f32],
-) {
+/// Matmuls of a stack (one call when fused): `out` holds n tokens of `stack.rows()` values.
+fn matmul_stacked(compute: Compute<'_>, stack: &Stacked, x: &Activations, out: &mut [f32]) {
     let mut col0 = 0;
-    for m in &s.matrices {
-        matmul(k, par, tuning, m, x, out, s.rows(), col0);
+    for m in &stack.matrices {
+        matmul(compute, m, x, out, stack.rows(), col0);
         col0 += m.rows;
     }
 }
 
 /// `out[t][col0 ..][.. w.rows] = w · x[t]` for every token t (`out` is rows of `stride`), rows
 /// split across threads in work items of the tuned size.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn matmul(
-    k: &Kernels,
-    par: &dyn Parallel,
-    tuning: &Tuning,
+    compute: Compute<'_>,
     w: &Matrix,
     x: &Activations,
     out: &mut [f32],
@@ -336,23 +365,23 @@ pub(super) fn matmul(
     debug_assert_eq!(x.cols, w.cols);
     let input = x.input(w);
     let n_tokens = out.len() / stride;
-    let rows = tuning.rows_per_item(w, n_tokens);
+    let rows = compute.tuning.rows_per_item(w, n_tokens);
     for_each_tile(
-        par,
+        compute.parallel,
         out,
         stride,
         col0,
         w.rows,
         rows,
         n_tokens,
-        &|first, t0, outs| (k.matmul)(w, first, &input.from_token(t0, w.cols), outs),
+        &|first, t0, outs| (compute.kernels.matmul)(w, first, &input.from_token(t0, w.cols), outs),
     );
 }
 
-fn rmsnorm_rows(k: &Kernels, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+fn rmsnorm_rows(kernels: &Kernels, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let n = weight.len();
     for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-        (k.rmsnorm)(xr, weight, eps, or);
+        (kernels.rmsnorm)(xr, weight, eps, or);
     }
 }
 

@@ -2,7 +2,7 @@
 //! work item, fixed or timed at load ([`Tuning::autotune`]). No choice changes a result (rule 7).
 
 #[cfg(not(target_arch = "wasm32"))]
-use super::forward::{matmul, Activations};
+use super::forward::{matmul, Activations, Compute};
 #[cfg(not(target_arch = "wasm32"))]
 use super::Weights;
 #[cfg(not(target_arch = "wasm32"))]
@@ -63,8 +63,8 @@ impl Tuning {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn autotune(
         weights: &Weights,
-        k: &Kernels,
-        par: &dyn Parallel,
+        kernels: &Kernels,
+        parallel: &dyn Parallel,
         budget: std::time::Duration,
     ) -> Tuning {
         use std::time::Instant;
@@ -89,7 +89,7 @@ impl Tuning {
                 let x: Vec<f32> = (0..n_tokens * w.cols)
                     .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
                     .collect();
-                act.set(k, &x, w.cols, w.cols);
+                act.set(kernels, &x, w.cols, w.cols);
                 let mut out = vec![0.0f32; n_tokens * w.rows];
                 let mut fastest = f64::INFINITY;
                 for rows in TUNE_ROWS {
@@ -97,10 +97,15 @@ impl Tuning {
                         break;
                     }
                     let cut = Tuning::fixed(rows, rows, 1);
+                    let compute = Compute {
+                        kernels,
+                        parallel,
+                        tuning: &cut,
+                    };
                     let mut time = f64::INFINITY;
                     for _ in 0..3 {
                         let t0 = Instant::now();
-                        matmul(k, par, &cut, w, &act, &mut out, w.rows, 0);
+                        matmul(compute, w, &act, &mut out, w.rows, 0);
                         time = time.min(t0.elapsed().as_secs_f64());
                     }
                     if time < fastest {

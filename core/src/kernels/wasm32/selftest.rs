@@ -7,7 +7,7 @@
 use crate::kernels::testdata::{
     bits_eq, q4_0_blocks, q4_1_blocks, q8_0_blocks, random_activations, random_matrix, Rng,
 };
-use crate::kernels::{reference, Input, Kernels, KvSlice};
+use crate::kernels::{reference, Input, Kernels, KvHead, KvSlice};
 use crate::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
 
 /// Every entry of every wasm backend of this build against the reference; the first mismatch
@@ -249,13 +249,33 @@ fn attention_case(
     let mut want = vec![0.0; queries * width];
     let mut outs: Vec<&mut [f32]> = want.chunks_mut(width).collect();
     reference::attention(
-        &qs, head_dim, ks, vs, first, stride, head_dim, scale, &mut outs,
+        &qs,
+        &KvHead {
+            keys: ks,
+            values: vs,
+            positions: first,
+            kv_dim: stride,
+            offset: head_dim,
+            head_dim,
+            scale,
+        },
+        &mut outs,
     );
     for k in backends {
         let mut got = vec![3.0; queries * width];
         let mut outs: Vec<&mut [f32]> = got.chunks_mut(width).collect();
         (k.attention)(
-            &qs, head_dim, ks, vs, first, stride, head_dim, scale, &mut outs,
+            &qs,
+            &KvHead {
+                keys: ks,
+                values: vs,
+                positions: first,
+                kv_dim: stride,
+                offset: head_dim,
+                head_dim,
+                scale,
+            },
+            &mut outs,
         );
         let what = format!(
             "attention(queries={queries},heads={heads},head_dim={head_dim},n_pos={n_pos},f16={f16},spread={spread},\
