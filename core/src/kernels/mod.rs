@@ -22,10 +22,13 @@ pub mod math;
 pub mod reference;
 pub mod testdata;
 #[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)] // SIMD loads and stores
 pub mod wasm32;
 #[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)] // #[target_feature] functions and SIMD loads and stores
 pub mod x86;
 
+#[allow(unsafe_code)] // disjoint output slices handed to threads
 pub mod tiles;
 
 use crate::quant::repack::{tile_rows, untile_row, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS};
