@@ -18,8 +18,13 @@
 //! 7. Threads and tiles split only independent outputs; a batch computes each token with the
 //!    single-token sequence of operations.
 
+// Test code, compiled only for tests and the `conformance` feature (the test crates and the wasm
+// self test turn it on): seeded data, and the one suite every backend is checked with.
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod math;
 pub mod reference;
+#[cfg(any(test, feature = "conformance"))]
 pub mod testdata;
 #[cfg(target_arch = "wasm32")]
 #[allow(unsafe_code)] // SIMD loads and stores
