@@ -8,7 +8,7 @@ use crate::config::ModelConfig;
 use crate::formats::gguf::GgufFile;
 use crate::formats::{ModelSource, SpecialTokens, TokenizerSource};
 use crate::kernels::Kernels;
-use crate::model::{Tuning, WeightDtype, Weights};
+use crate::model::{Compute, Tuning, WeightDtype, Weights};
 use crate::parallel::{Parallel, Serial};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -130,6 +130,15 @@ impl Engine {
     /// How work is cut for threads (tuned at load; any tuning gives the same results).
     pub fn tuning(&self) -> &Tuning {
         &self.inner.tuning
+    }
+
+    /// Kernels, threads and tuning together, as a forward pass takes them.
+    pub fn compute(&self) -> Compute<'_> {
+        Compute {
+            kernels: self.inner.kernels,
+            parallel: &*self.inner.parallel,
+            tuning: &self.inner.tuning,
+        }
     }
 
     /// The same model with other kernels or another executor (cheap: the weights are shared),

@@ -41,6 +41,10 @@
 //! # Ok(())
 //! # }
 //! ```
+// `unsafe` only where it is named below: the SIMD backends (kernels::x86, kernels::wasm32), the
+// output tiles handed to threads (kernels::tiles) and the spin pool (pool); each block says why
+// it is sound in a `// SAFETY:` line.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod chat;
@@ -54,6 +58,7 @@ pub mod generate;
 pub mod kernels;
 pub mod model;
 pub mod parallel;
+#[allow(unsafe_code)] // lifetime-erased jobs shared with the workers
 pub mod pool;
 pub mod quant;
 pub mod sampler;

@@ -113,9 +113,7 @@ impl Session {
         }
         let e = &self.engine;
         let result = e.weights().forward(
-            e.kernels(),
-            e.parallel(),
-            e.tuning(),
+            e.compute(),
             &mut self.cache,
             &mut self.scratch,
             tokens,

@@ -9,6 +9,7 @@
 //! - With the `threads` feature: `initThreadPool(n - 1)` (wasm-bindgen-rayon) starts Web Workers
 //!   on the module's shared memory, then `use_threads(n)` runs core's spin pool on them, and
 //!   engines built afterwards split their work over n threads (rule 7: the same bits as one).
+#![forbid(unsafe_code)]
 
 use inferno_core::chat_session::ChatSession;
 use inferno_core::engine::{Engine, EngineOptions};

@@ -18,14 +18,22 @@
 //! 7. Threads and tiles split only independent outputs; a batch computes each token with the
 //!    single-token sequence of operations.
 
+// Test code, compiled only for tests and the `conformance` feature (the test crates and the wasm
+// self test turn it on): seeded data, and the one suite every backend is checked with.
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod math;
 pub mod reference;
+#[cfg(any(test, feature = "conformance"))]
 pub mod testdata;
 #[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)] // SIMD loads and stores
 pub mod wasm32;
 #[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)] // #[target_feature] functions and SIMD loads and stores
 pub mod x86;
 
+#[allow(unsafe_code)] // disjoint output slices handed to threads
 pub mod tiles;
 
 use crate::quant::repack::{tile_rows, untile_row, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS};
@@ -339,6 +347,23 @@ pub enum KvSlice<'a> {
     F32(&'a [f32]),
 }
 
+/// One KV head of a layer's cache, as the attention kernel reads it: position p's key is
+/// `keys[p * kv_dim + offset ..][.. head_dim]`, its value the same range of `values`.
+#[derive(Debug, Clone, Copy)]
+pub struct KvHead<'a> {
+    pub keys: KvSlice<'a>,
+    pub values: KvSlice<'a>,
+    /// Cached positions the first query sees; query i sees `positions + i`.
+    pub positions: usize,
+    /// Elements per cached position (one row holds every KV head).
+    pub kv_dim: usize,
+    /// Where this head's vectors start in a row.
+    pub offset: usize,
+    pub head_dim: usize,
+    /// The score scale, `1 / sqrt(head_dim)`.
+    pub scale: f32,
+}
+
 /// One backend's function table. Every entry returns the bits of its `reference::` namesake.
 pub struct Kernels {
     pub name: &'static str,
@@ -352,11 +377,10 @@ pub struct Kernels {
     pub rmsnorm: fn(&[f32], &[f32], f32, &mut [f32]),
     pub silu_mul: fn(&mut [f32], &[f32]),
     pub rope: fn(&mut [f32], usize, &[f32], &[f32]),
-    /// `(q, head_dim, keys, values, n_pos, stride, offset, scale, out)` for consecutive query
-    /// tokens and the query heads of one KV head, see [`reference::attention`].
+    /// `(q, kv, out)` for consecutive query tokens and the query heads of one KV head, see
+    /// [`reference::attention`].
     #[allow(clippy::type_complexity)]
-    pub attention:
-        fn(&[&[f32]], usize, KvSlice<'_>, KvSlice<'_>, usize, usize, usize, f32, &mut [&mut [f32]]),
+    pub attention: fn(&[&[f32]], &KvHead<'_>, &mut [&mut [f32]]),
 }
 
 impl std::fmt::Debug for Kernels {

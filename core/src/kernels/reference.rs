@@ -3,7 +3,7 @@
 //! return the same bits. Written for clarity, not speed; the order of every sum is normative.
 
 use super::math::exp;
-use super::{Input, Kernels, KvSlice, Matrix, MatrixData};
+use super::{Input, Kernels, KvHead, KvSlice, Matrix, MatrixData};
 use crate::quant::repack::{Tile, TILE_ROWS};
 use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
 
@@ -247,24 +247,22 @@ pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
 pub const ATTENTION_BLOCK: usize = 64;
 
 /// Rule 6 for queries that are consecutive tokens, each with the query heads of one KV head:
-/// query i sees the first `n_pos + i` cached positions. `q[i]` and `out[i]` hold the heads one
+/// query i sees the first `kv.positions + i` cached positions. `q[i]` and `out[i]` hold the heads one
 /// after another, `head_dim` values each; every (query, head) result is exactly that head's
 /// one-query attention (taking them together only lets a backend read the cache once).
 /// `keys`/`values` are a layer's cache (f16 by the contract; f32 on the verification path), one
-/// row of `stride` elements per position; the KV head's vectors start at `offset` in each row.
-#[allow(clippy::too_many_arguments)]
-pub fn attention(
-    q: &[&[f32]],
-    head_dim: usize,
-    keys: KvSlice<'_>,
-    values: KvSlice<'_>,
-    n_pos: usize,
-    stride: usize,
-    offset: usize,
-    scale: f32,
-    out: &mut [&mut [f32]],
-) {
-    check_attention(q, head_dim, out, keys, values, n_pos, stride, offset);
+/// row of `kv.kv_dim` elements per position; the KV head's vectors start at `kv.offset` in each row.
+pub fn attention(q: &[&[f32]], kv: &KvHead<'_>, out: &mut [&mut [f32]]) {
+    check_attention(q, kv, out);
+    let KvHead {
+        keys,
+        values,
+        positions: n_pos,
+        kv_dim: stride,
+        offset,
+        head_dim,
+        scale,
+    } = *kv;
     for (i, (qi, oi)) in q.iter().zip(out.iter_mut()).enumerate() {
         for (qh, oh) in qi.chunks_exact(head_dim).zip(oi.chunks_exact_mut(head_dim)) {
             let n = n_pos + i;
@@ -282,17 +280,16 @@ pub fn attention(
 }
 
 /// The shapes every backend's attention asserts, so a bad call panics the same way everywhere.
-#[allow(clippy::too_many_arguments)]
-pub fn check_attention(
-    q: &[&[f32]],
-    head_dim: usize,
-    out: &[&mut [f32]],
-    keys: KvSlice<'_>,
-    values: KvSlice<'_>,
-    n_pos: usize,
-    stride: usize,
-    offset: usize,
-) {
+pub fn check_attention(q: &[&[f32]], kv: &KvHead<'_>, out: &[&mut [f32]]) {
+    let KvHead {
+        keys,
+        values,
+        positions: n_pos,
+        kv_dim: stride,
+        offset,
+        head_dim,
+        ..
+    } = *kv;
     let (keys_len, values_len) = match (keys, values) {
         (KvSlice::F16(k), KvSlice::F16(v)) => (k.len(), v.len()),
         (KvSlice::F32(k), KvSlice::F32(v)) => (k.len(), v.len()),

@@ -1,7 +1,7 @@
-//! Seeded test data for the kernel tests: the x86 integration tests (core/tests/kernels_x86.rs)
-//! and the wasm self test ([`super::wasm32::selftest`]) draw from the same generators, so both
-//! meet the same edge values (+-0, subnormals, huge, inf, NaN, int8 extremes, zero blocks,
-//! inf/NaN scales). Not used by inference.
+//! Seeded test data for the kernel conformance suite ([`super::conformance`]), which the x86
+//! tests and the wasm self test both run, so both meet the same edge values (+-0, subnormals,
+//! huge, inf, NaN, int8 extremes, zero blocks, inf/NaN scales). Test code, not used by inference
+//! (built for tests and the `conformance` feature only).
 
 use crate::kernels::math::{EXP_OVERFLOW, EXP_UNDERFLOW};
 use crate::kernels::{Matrix, MatrixData};

@@ -2,6 +2,7 @@
 //! (quantized as stored, and dequantized to f32) and shared by every test.
 
 mod contract;
+mod fingerprint;
 mod oracle;
 
 use std::sync::OnceLock;

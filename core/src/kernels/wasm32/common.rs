@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::{self, ATTENTION_BLOCK};
-use crate::kernels::{Input, KvSlice, Matrix, MatrixData};
+use crate::kernels::{Input, KvHead, KvSlice, Matrix, MatrixData};
 use crate::quant::repack::{
     check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS,
 };
@@ -567,19 +567,17 @@ fn attention_any<L: Lanes>(
 
 /// Otherwise identical to reference::attention (which it calls for a head_dim that is not a
 /// multiple of 8).
-#[allow(clippy::too_many_arguments)]
-pub fn attention(
-    q: &[&[f32]],
-    head_dim: usize,
-    keys: KvSlice<'_>,
-    values: KvSlice<'_>,
-    n_pos: usize,
-    stride: usize,
-    offset: usize,
-    scale: f32,
-    out: &mut [&mut [f32]],
-) {
-    reference::check_attention(q, head_dim, out, keys, values, n_pos, stride, offset);
+pub fn attention(q: &[&[f32]], kv: &KvHead<'_>, out: &mut [&mut [f32]]) {
+    reference::check_attention(q, kv, out);
+    let KvHead {
+        keys,
+        values,
+        positions: n_pos,
+        kv_dim: stride,
+        offset,
+        head_dim,
+        scale,
+    } = *kv;
     let ran = match (keys, values) {
         (KvSlice::F16(k), KvSlice::F16(v)) => {
             attention_any::<F16Lanes>(q, head_dim, k, v, n_pos, stride, offset, scale, out)
@@ -590,7 +588,7 @@ pub fn attention(
         _ => unreachable!("check_attention compared the types"),
     };
     if !ran {
-        reference::attention(q, head_dim, keys, values, n_pos, stride, offset, scale, out);
+        reference::attention(q, kv, out);
     }
 }
 

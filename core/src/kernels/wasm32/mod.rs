@@ -9,6 +9,7 @@
 mod common;
 #[cfg(all(target_feature = "simd128", target_feature = "relaxed-simd"))]
 pub mod relaxed;
+#[cfg(feature = "conformance")]
 pub mod selftest;
 #[cfg(target_feature = "simd128")]
 pub mod simd128;

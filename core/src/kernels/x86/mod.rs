@@ -39,7 +39,7 @@ macro_rules! backend {
         use std::sync::OnceLock;
 
         use crate::kernels::x86::common::{self, BF16Lanes, F16Lanes, F32Lanes};
-        use crate::kernels::{reference, Input, Kernels, KvSlice, Matrix, MatrixData};
+        use crate::kernels::{reference, Input, Kernels, KvHead, KvSlice, Matrix, MatrixData};
         use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ8_0};
         use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
 
@@ -196,19 +196,8 @@ macro_rules! backend {
 
         /// Otherwise identical to reference::attention (which it calls for a head_dim that is
         /// not a multiple of 8).
-        #[allow(clippy::too_many_arguments)]
-        pub fn attention(
-            q: &[&[f32]],
-            head_dim: usize,
-            keys: KvSlice<'_>,
-            values: KvSlice<'_>,
-            n_pos: usize,
-            stride: usize,
-            offset: usize,
-            scale: f32,
-            out: &mut [&mut [f32]],
-        ) {
-            reference::check_attention(q, head_dim, out, keys, values, n_pos, stride, offset);
+        pub fn attention(q: &[&[f32]], kv: &KvHead<'_>, out: &mut [&mut [f32]]) {
+            reference::check_attention(q, kv, out);
             check_host();
             #[allow(clippy::too_many_arguments)]
             #[target_feature(enable = $features)]
@@ -236,9 +225,10 @@ macro_rules! backend {
                     }
                 }
             }
+            let KvHead { keys, values, positions, kv_dim, offset, head_dim, scale } = *kv;
             // SAFETY: check_host() found the features `imp` is compiled for.
-            if !unsafe { imp(q, head_dim, keys, values, n_pos, stride, offset, scale, out) } {
-                reference::attention(q, head_dim, keys, values, n_pos, stride, offset, scale, out);
+            if !unsafe { imp(q, head_dim, keys, values, positions, kv_dim, offset, scale, out) } {
+                reference::attention(q, kv, out);
             }
         }
     };

@@ -1,0 +1,496 @@
+//! The kernel conformance suite, defined once: named cases, each comparing one entry of a
+//! candidate backend with [`reference`] bitwise (`to_bits` equality; any NaN equals any NaN, see
+//! [`bits_eq`]). Driven natively by core/tests/kernels_x86.rs (every x86 backend) and in wasm by
+//! [`super::wasm32::selftest`] (every wasm backend of the build, under Node). A case's data come
+//! from its name and the seed only, so a failure anywhere replays natively by name:
+//! `INFERNO_CONFORMANCE_CASE='<name>' [INFERNO_CONFORMANCE_SEED=<seed>] cargo test --release -p
+//! inferno-core --test kernels_x86 replay -- --nocapture`. Test code; not part of inference
+//! (built with the `conformance` feature only).
+
+use super::testdata::{
+    bits_eq, q4_0_blocks, q4_1_blocks, q8_0_blocks, random_activations, random_matrix, Rng,
+};
+use super::{reference, Input, Kernels, KvHead, KvSlice};
+use crate::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
+
+/// The seed every driver uses unless told otherwise (the wasm runner passes the same).
+pub const SEED: u64 = 20261201;
+
+type Check = Box<dyn Fn(&Kernels, &mut Rng) -> Result<(), String> + Send + Sync>;
+
+/// One named case: the name holds every parameter (`matmul(type=Q4_1,rows=7,cols=96,...)`).
+pub struct Case {
+    pub name: String,
+    check: Check,
+}
+
+impl Case {
+    fn new(
+        name: String,
+        check: impl Fn(&Kernels, &mut Rng) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Case {
+        Case {
+            name,
+            check: Box::new(check),
+        }
+    }
+
+    /// The entry of `candidate` this case covers against the reference, on data drawn from the
+    /// name and `seed`; the error names the case, the seed and the first differing element.
+    pub fn run(&self, candidate: &Kernels, seed: u64) -> Result<(), String> {
+        let mut rng = Rng::new(seed, fnv1a(&self.name));
+        (self.check)(candidate, &mut rng).map_err(|e| format!("{} seed={seed}: {e}", self.name))
+    }
+
+    /// The kernel entry the case covers (the name up to its parameters).
+    pub fn entry(&self) -> &str {
+        self.name.split('(').next().unwrap_or(&self.name)
+    }
+}
+
+/// FNV-1a 64 of a case name: its data stream within a seed.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Every case, in a fixed order.
+pub fn cases() -> Vec<Case> {
+    let mut all = Vec::new();
+    dot_f32(&mut all);
+    quantize_q8(&mut all);
+    rmsnorm(&mut all);
+    silu_mul(&mut all);
+    rope(&mut all);
+    dot_q(&mut all);
+    matmul(&mut all);
+    attention(&mut all);
+    all
+}
+
+/// The case called `name`, if any.
+pub fn case(name: &str) -> Option<Case> {
+    cases().into_iter().find(|c| c.name == name)
+}
+
+/// Runs every case whose entry is in `entries` (all if empty) on `candidate`; the failures, in
+/// order.
+pub fn run(candidate: &Kernels, entries: &[&str], seed: u64) -> Vec<String> {
+    cases()
+        .iter()
+        .filter(|c| entries.is_empty() || entries.contains(&c.entry()))
+        .filter_map(|c| c.run(candidate, seed).err())
+        .collect()
+}
+
+/// Lengths of the rule-2 entries: the contract's awkward ones and real model sizes.
+const LENGTHS: [usize; 16] = [
+    0, 1, 7, 8, 31, 32, 33, 63, 64, 65, 127, 576, 1536, 2048, 5632, 5633,
+];
+/// Q8 block counts (x 32 values): 0, 1, 2 and model widths 576, 1536, 5632.
+const BLOCKS: [usize; 6] = [0, 1, 2, 18, 48, 176];
+
+fn dot_f32(all: &mut Vec<Case>) {
+    for n in LENGTHS {
+        for specials in [false, true] {
+            all.push(Case::new(
+                format!("dot_f32(n={n},specials={specials})"),
+                move |k, rng| {
+                    let (a, b) = (rng.edgy_values(n, specials), rng.edgy_values(n, specials));
+                    let want = [reference::dot_f32(&a, &b)];
+                    bits_eq("dot", k.name, &[(k.dot_f32)(&a, &b)], &want)
+                },
+            ));
+        }
+    }
+}
+
+fn quantize_q8(all: &mut Vec<Case>) {
+    for nb in BLOCKS {
+        for specials in [false, true] {
+            let name = format!("quantize_q8(blocks={nb},specials={specials})");
+            all.push(Case::new(name, move |k, rng| {
+                let mut x = rng.edgy_values(nb * QK, specials);
+                // A block of subnormals only (127 / amax overflows to inf), and an all-zero block.
+                if nb >= 2 {
+                    x[..QK].iter_mut().enumerate().for_each(|(i, v)| {
+                        *v = f32::from_bits(i as u32 % 5) * if i % 2 == 0 { 1.0 } else { -1.0 }
+                    });
+                    x[QK..2 * QK].fill(0.0);
+                }
+                let mut want = vec![BlockQ8Act::default(); nb];
+                reference::quantize_q8(&x, &mut want);
+                let filler = BlockQ8Act {
+                    d: 1.0,
+                    sum: 9,
+                    qs: [5; QK],
+                };
+                let mut got = vec![filler; nb];
+                (k.quantize_q8)(&x, &mut got);
+                for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+                    if !(g.d.to_bits() == w.d.to_bits() && g.sum == w.sum && g.qs == w.qs) {
+                        return Err(format!(
+                            "[{}]: block {b}: got {g:?}, reference {w:?}",
+                            k.name
+                        ));
+                    }
+                }
+                Ok(())
+            }));
+        }
+    }
+}
+
+fn rmsnorm(all: &mut Vec<Case>) {
+    for n in LENGTHS {
+        for specials in [false, true] {
+            let name = format!("rmsnorm(n={n},specials={specials})");
+            all.push(Case::new(name, move |k, rng| {
+                let (x, w) = (rng.edgy_values(n, specials), rng.values(n));
+                let mut want = vec![0.0; n];
+                reference::rmsnorm(&x, &w, 1e-5, &mut want);
+                let mut got = vec![7.0; n];
+                (k.rmsnorm)(&x, &w, 1e-5, &mut got);
+                bits_eq("out", k.name, &got, &want)
+            }));
+        }
+    }
+}
+
+fn silu_mul(all: &mut Vec<Case>) {
+    for n in LENGTHS {
+        all.push(Case::new(format!("silu_mul(n={n})"), move |k, rng| {
+            // Gates across exp's whole range, including overflow, underflow and specials.
+            let mut gate = rng.edgy_values(n, true);
+            for (j, g) in gate.iter_mut().enumerate().filter(|(j, _)| j % 3 == 0) {
+                *g = ((j * 37 % 241) as f32 - 120.0) * 1.01;
+            }
+            let up = rng.edgy_values(n, true);
+            let mut want = gate.clone();
+            reference::silu_mul(&mut want, &up);
+            let mut got = gate.clone();
+            (k.silu_mul)(&mut got, &up);
+            bits_eq("gate", k.name, &got, &want)
+        }));
+    }
+}
+
+fn rope(all: &mut Vec<Case>) {
+    for head_dim in [2, 6, 16, 24, 64, 128] {
+        for heads in [1, 3, 9] {
+            let name = format!("rope(head_dim={head_dim},heads={heads})");
+            all.push(Case::new(name, move |k, rng| {
+                let x = rng.edgy_values(head_dim * heads, true);
+                let angles: Vec<f32> = (0..head_dim / 2).map(|i| i as f32 * 0.7 + 0.1).collect();
+                let cos: Vec<f32> = angles.iter().map(|&a| libm::cosf(a)).collect();
+                let sin: Vec<f32> = angles.iter().map(|&a| libm::sinf(a)).collect();
+                let mut want = x.clone();
+                reference::rope(&mut want, head_dim, &cos, &sin);
+                let mut got = x.clone();
+                (k.rope)(&mut got, head_dim, &cos, &sin);
+                bits_eq("x", k.name, &got, &want)
+            }));
+        }
+    }
+}
+
+fn dot_q(all: &mut Vec<Case>) {
+    for nb in BLOCKS {
+        all.push(Case::new(format!("dot_q8(blocks={nb})"), move |k, rng| {
+            let x = random_activations(rng, 1, nb * QK);
+            let mut q8 = vec![BlockQ8Act::default(); nb];
+            reference::quantize_q8(&x, &mut q8);
+            let (w0, w1, w8) = (
+                q4_0_blocks(rng, nb),
+                q4_1_blocks(rng, nb),
+                q8_0_blocks(rng, nb),
+            );
+            let (got, want) = ((k.dot_q4_0_q8)(&w0, &q8), reference::dot_q4_0_q8(&w0, &q8));
+            bits_eq("dot_q4_0_q8", k.name, &[got], &[want])?;
+            let (got, want) = ((k.dot_q4_1_q8)(&w1, &q8), reference::dot_q4_1_q8(&w1, &q8));
+            bits_eq("dot_q4_1_q8", k.name, &[got], &[want])?;
+            let (got, want) = ((k.dot_q8_0_q8)(&w8, &q8), reference::dot_q8_0_q8(&w8, &q8));
+            bits_eq("dot_q8_0_q8", k.name, &[got], &[want])
+        }));
+    }
+}
+
+/// Rows `first_row ..` of a `first_row + rows + 2`-row matrix times `tokens` activations.
+fn matmul_case(ty: GgmlType, rows: usize, cols: usize, tokens: usize, first_row: usize) -> Case {
+    let name = format!(
+        "matmul(type={},rows={rows},cols={cols},tokens={tokens},first_row={first_row})",
+        ty.name()
+    );
+    Case::new(name, move |k, rng| {
+        let w = random_matrix(rng, ty, first_row + rows + 2, cols);
+        let x = random_activations(rng, tokens, cols);
+        let mut q8 = vec![BlockQ8Act::default(); x.len() / QK];
+        if w.wants_q8() {
+            reference::quantize_q8(&x, &mut q8);
+        }
+        let input = if w.wants_q8() {
+            Input::Q8(&q8)
+        } else {
+            Input::F32(&x)
+        };
+        let run = |k: &Kernels| {
+            let mut out = vec![0.0f32; tokens * rows];
+            let mut outs: Vec<&mut [f32]> = out.chunks_mut(rows.max(1)).take(tokens).collect();
+            if rows == 0 {
+                outs = (0..tokens).map(|_| <&mut [f32]>::default()).collect();
+            }
+            (k.matmul)(&w, first_row, &input, &mut outs);
+            out
+        };
+        bits_eq("out", k.name, &run(k), &run(&reference::KERNELS))
+    })
+}
+
+fn matmul(all: &mut Vec<Case>) {
+    use GgmlType::*;
+    for ty in [Q4_0, Q4_1, Q8_0] {
+        for (rows, cols, tokens) in [
+            (70, 576, 9),
+            (64, 576, 1),
+            (64, 1536, 1),
+            (65, 2048, 3),
+            (33, 2048, 5),
+            (31, 2048, 6),
+            (9, 5632, 4),
+            (8, 5632, 7),
+            (7, 5632, 8),
+            (17, 1536, 4),
+            (1, 32, 1),
+            (0, 64, 2),
+            (7, 0, 3),
+        ] {
+            all.push(matmul_case(ty, rows, cols, tokens, 3));
+        }
+        for rows in 1..=70 {
+            for tokens in [1, 2, 3, 4, 5, 8, 9] {
+                all.push(matmul_case(ty, rows, 64, tokens, rows % 6));
+            }
+        }
+    }
+    for ty in [F32, F16, BF16] {
+        for (rows, cols, tokens) in [
+            (70, 576, 9),
+            (9, 65, 3),
+            (9, 33, 2),
+            (9, 63, 2),
+            (1, 0, 1),
+            (3, 1536, 2),
+        ] {
+            all.push(matmul_case(ty, rows, cols, tokens, 3));
+        }
+        for cols in [0, 1, 7, 8, 31, 32, 33, 63, 64, 65, 127, 129] {
+            for rows in [1, 5, 12] {
+                for tokens in 1..=3 {
+                    all.push(matmul_case(ty, rows, cols, tokens, 1));
+                }
+            }
+        }
+    }
+}
+
+/// `queries` consecutive tokens, the last of which sees all `n_pos` positions, each with `heads`
+/// query heads of the KV head at offset head_dim of 3-head cache rows. `spread` scales the
+/// queries so scores span exp's underflow range; `specials` puts inf and NaN in the cache.
+#[derive(Debug, Clone, Copy)]
+struct AttentionCase {
+    queries: usize,
+    heads: usize,
+    head_dim: usize,
+    n_pos: usize,
+    f16: bool,
+    spread: f32,
+    specials: bool,
+}
+
+fn attention_case(a: AttentionCase) -> Case {
+    let AttentionCase {
+        queries,
+        heads,
+        head_dim,
+        n_pos,
+        f16,
+        spread,
+        specials,
+    } = a;
+    let name = format!(
+        "attention(queries={queries},heads={heads},head_dim={head_dim},n_pos={n_pos},f16={f16},\
+         spread={spread},specials={specials})"
+    );
+    Case::new(name, move |k, rng| {
+        let kv_dim = 3 * head_dim;
+        let q: Vec<f32> = rng
+            .values(queries * heads * head_dim)
+            .into_iter()
+            .map(|v| v * spread)
+            .collect();
+        // Within f16's range, then exactly representable either way.
+        let clamp = |v: Vec<f32>| -> Vec<f32> {
+            v.into_iter()
+                .map(|x| if x.is_finite() { x.clamp(-6e4, 6e4) } else { x })
+                .collect()
+        };
+        let mut keys = clamp(rng.edgy_values(n_pos * kv_dim, specials));
+        let mut values = clamp(rng.edgy_values(n_pos * kv_dim, specials));
+        // With specials and three 64-position blocks: none in the first block, so the kernels'
+        // short f16 conversion (that block) and exact one (the others) meet in one call.
+        if specials && n_pos > 128 {
+            for x in keys[..64 * kv_dim]
+                .iter_mut()
+                .chain(values[..64 * kv_dim].iter_mut())
+            {
+                if !x.is_finite() {
+                    *x = 1.0;
+                }
+            }
+        }
+        let k16: Vec<u16> = keys.iter().map(|&x| f32_to_f16(x)).collect();
+        let v16: Vec<u16> = values.iter().map(|&x| f32_to_f16(x)).collect();
+        let (keys, values) = if f16 {
+            (KvSlice::F16(&k16), KvSlice::F16(&v16))
+        } else {
+            (KvSlice::F32(&keys), KvSlice::F32(&values))
+        };
+        let kv = KvHead {
+            keys,
+            values,
+            positions: n_pos + 1 - queries, // positions query 0 sees
+            kv_dim,
+            offset: head_dim,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+        };
+        let width = heads * head_dim;
+        let qs: Vec<&[f32]> = q.chunks(width).collect();
+        let mut want = vec![0.0; queries * width];
+        let mut outs: Vec<&mut [f32]> = want.chunks_mut(width).collect();
+        reference::attention(&qs, &kv, &mut outs);
+        // The reference itself: every (query, head) is exactly that head's one-query attention.
+        for (pair, (qh, wh)) in q.chunks(head_dim).zip(want.chunks(head_dim)).enumerate() {
+            let mut alone = vec![0.0; head_dim];
+            let one = KvHead {
+                positions: kv.positions + pair / heads,
+                ..kv
+            };
+            reference::attention(&[qh], &one, &mut [&mut alone[..]]);
+            bits_eq("(query, head) alone", "reference", &alone, wh)?;
+        }
+        let mut got = vec![3.0; queries * width];
+        let mut outs: Vec<&mut [f32]> = got.chunks_mut(width).collect();
+        (k.attention)(&qs, &kv, &mut outs);
+        bits_eq("out", k.name, &got, &want)
+    })
+}
+
+fn attention(all: &mut Vec<Case>) {
+    let one = |head_dim, n_pos, f16, spread| AttentionCase {
+        queries: 1,
+        heads: 1,
+        head_dim,
+        n_pos,
+        f16,
+        spread,
+        specials: false,
+    };
+    for f16 in [true, false] {
+        for head_dim in [64, 128] {
+            for n_pos in [1, 63, 64, 65, 130] {
+                for spread in [1.0, 30.0] {
+                    all.push(attention_case(one(head_dim, n_pos, f16, spread)));
+                }
+            }
+        }
+        for head_dim in [8, 16, 24, 40] {
+            for n_pos in [1, 2, 9, 64, 65, 127, 128, 140] {
+                all.push(attention_case(one(head_dim, n_pos, f16, 4.0)));
+            }
+        }
+        // Several query heads of one KV head, past the 16 heads of one pass.
+        for heads in [2, 3, 8, 17] {
+            for n_pos in [1, 65, 130] {
+                all.push(attention_case(AttentionCase {
+                    heads,
+                    ..one(64, n_pos, f16, 4.0)
+                }));
+            }
+        }
+        for head_dim in [8, 24, 128] {
+            all.push(attention_case(AttentionCase {
+                heads: 3,
+                ..one(head_dim, 70, f16, 4.0)
+            }));
+        }
+        // Consecutive query tokens (prefill), past the 512 (query, head) pairs of one pass.
+        for queries in [2, 5, 16, 33] {
+            for heads in [1, 3, 17] {
+                for n_pos in [40, 65, 130] {
+                    all.push(attention_case(AttentionCase {
+                        queries,
+                        heads,
+                        ..one(64, n_pos, f16, 4.0)
+                    }));
+                }
+            }
+        }
+        for head_dim in [8, 128] {
+            for n_pos in [8, 100] {
+                all.push(attention_case(AttentionCase {
+                    queries: 8,
+                    heads: 3,
+                    ..one(head_dim, n_pos, f16, 4.0)
+                }));
+            }
+        }
+        // Not a multiple of 8: the reference fallback.
+        for head_dim in [6, 10] {
+            all.push(attention_case(one(head_dim, 70, f16, 1.0)));
+        }
+        // inf and NaN in the cache.
+        for n_pos in [65, 130] {
+            for spread in [1.0, 2.0] {
+                all.push(attention_case(AttentionCase {
+                    specials: true,
+                    ..one(64, n_pos, f16, spread)
+                }));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_names_are_unique_and_cover_every_entry() {
+        let all = cases();
+        let mut names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "two cases share a name");
+        for entry in [
+            "dot_f32",
+            "quantize_q8",
+            "rmsnorm",
+            "silu_mul",
+            "rope",
+            "dot_q8",
+            "matmul",
+            "attention",
+        ] {
+            assert!(all.iter().any(|c| c.entry() == entry), "no {entry} case");
+        }
+    }
+
+    #[test]
+    fn the_reference_passes_its_own_suite() {
+        let failures = run(&reference::KERNELS, &["rope", "dot_q8"], SEED);
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+}

@@ -1,0 +1,418 @@
+//! The forward pass over a batch of tokens ([`Weights::forward`]), reading like the math, and
+//! its steps: matmul over threads, RMSNorm rows, attention over the cache; plus the reused work
+//! buffers ([`Scratch`]) and matmul inputs ([`Activations`]).
+
+use super::{KvCache, LayerCache, LayerWeights, Stacked, Tuning, Weights};
+use crate::config::ModelConfig;
+use crate::kernels::tiles::{for_each_tile, MAX_TOKENS_PER_CALL};
+use crate::kernels::{Input, Kernels, KvHead, Matrix};
+use crate::parallel::Parallel;
+use crate::quant::{BlockQ8Act, QK};
+use crate::{Error, Result};
+
+/// Which positions of a batch get logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsFor {
+    /// Only the last token (generation).
+    Last,
+    /// Every token (scoring, perplexity, speculative verification).
+    All,
+    /// None (prefill that will be continued).
+    None,
+}
+
+/// What a forward pass computes with: the backend's kernels, the threads, and how work is cut
+/// for them. Only the speed depends on these, never a result (rule 7).
+#[derive(Clone, Copy)]
+pub struct Compute<'a> {
+    pub kernels: &'a Kernels,
+    pub parallel: &'a dyn Parallel,
+    pub tuning: &'a Tuning,
+}
+
+impl Weights {
+    /// Runs the model over `tokens` at positions `cache.len ..`, appending their K/V to `cache`,
+    /// and returns the logits asked for (`vocab_size` per position, in order), which live in
+    /// `scratch` until the next call.
+    pub fn forward<'s>(
+        &self,
+        compute: Compute<'_>,
+        cache: &mut KvCache,
+        scratch: &'s mut Scratch,
+        tokens: &[u32],
+        want: LogitsFor,
+    ) -> Result<&'s [f32]> {
+        let c = &self.config;
+        let kernels = compute.kernels;
+        let (n, pos0) = (tokens.len(), cache.len);
+        let (dim, head_dim, q_dim, kv_dim, hidden_dim) =
+            (c.dim, c.head_dim, c.q_dim(), c.kv_dim(), c.hidden_dim);
+        if n == 0 {
+            return Ok(&[]);
+        }
+        if pos0 + n > c.context_length {
+            return Err(Error::ContextOverflow {
+                needed: pos0 + n,
+                context: c.context_length,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::InvalidToken {
+                id: bad,
+                vocab_size: c.vocab_size,
+            });
+        }
+        for layer in cache.layers.iter_mut() {
+            layer.k.resize((pos0 + n) * kv_dim);
+            layer.v.resize((pos0 + n) * kv_dim);
+        }
+        let qkv_dim = q_dim + 2 * kv_dim;
+        let Scratch {
+            x,
+            xn,
+            qkv,
+            att,
+            proj,
+            ffn,
+            head,
+            cos,
+            sin,
+            act,
+            logits,
+        } = scratch;
+        let x = sized(x, n * dim); // (n, dim), the residual stream
+        let xn = sized(xn, n * dim); // (n, dim), normalized input of a sub-block
+        let qkv = sized(qkv, n * qkv_dim); // (n, q_dim + 2*kv_dim): q, k, v of each token
+        let att = sized(att, n * q_dim); // (n, q_dim), attention output per head
+        let proj = sized(proj, n * dim); // (n, dim), a projection back to the stream
+        let ffn = sized(ffn, n * 2 * hidden_dim); // (n, 2*hidden_dim): gate, up of each token
+        let head = sized(head, head_dim); // (head_dim), one head before its QK-norm
+
+        // token embeddings
+        for (t, &tok) in tokens.iter().enumerate() {
+            self.token_embd
+                .row_f32(tok as usize, &mut x[t * dim..(t + 1) * dim]);
+        }
+        // RoPE angles for these positions
+        self.rope_angles(pos0, n, cos, sin); // (n, head_dim/2) each
+
+        for (l, w) in self.layers.iter().enumerate() {
+            let layer_cache = &mut cache.layers[l];
+            // attention RMSNorm
+            rmsnorm_rows(kernels, x, &w.attn_norm, c.rms_eps, xn);
+            // q, k, v for these positions: one matmul when Q, K and V are fused
+            act.set(kernels, xn, dim, dim);
+            matmul_stacked(compute, &w.wqkv, act, qkv);
+            // biases, QK-norm, RoPE; K and V into the cache
+            qkv_to_cache(kernels, c, w, qkv, head, cos, sin, layer_cache, pos0);
+            // attention over the cache
+            attention(compute, c, layer_cache, qkv, att, pos0);
+            // output projection, residual
+            act.set(kernels, att, q_dim, q_dim);
+            matmul(compute, &w.wo, act, proj, dim, 0);
+            add_into(x, proj);
+
+            // FFN RMSNorm
+            rmsnorm_rows(kernels, x, &w.ffn_norm, c.rms_eps, xn);
+            // SwiGLU: gate and up in one matmul when fused
+            act.set(kernels, xn, dim, dim);
+            matmul_stacked(compute, &w.w_gate_up, act, ffn);
+            for row in ffn.chunks_exact_mut(2 * hidden_dim) {
+                let (gate, up) = row.split_at_mut(hidden_dim);
+                (kernels.silu_mul)(gate, up);
+            }
+            // down projection, residual
+            act.set(kernels, ffn, 2 * hidden_dim, hidden_dim);
+            matmul(compute, &w.w_down, act, proj, dim, 0);
+            add_into(x, proj);
+        }
+        cache.len = pos0 + n;
+
+        // final RMSNorm and logits for the positions asked for
+        let rows = match want {
+            LogitsFor::None => return Ok(&[]),
+            LogitsFor::Last => (n - 1)..n,
+            LogitsFor::All => 0..n,
+        };
+        let x = &x[rows.start * dim..rows.end * dim];
+        let xn = &mut xn[..x.len()];
+        rmsnorm_rows(kernels, x, &self.output_norm, c.rms_eps, xn);
+        act.set(kernels, xn, dim, dim);
+        logits.resize(rows.len() * c.vocab_size, 0.0); // (positions, vocab_size)
+        let output = self.output_matrix();
+        matmul(compute, output, act, logits, c.vocab_size, 0);
+        Ok(logits)
+    }
+
+    /// cos and sin of every RoPE angle for positions pos0 .. pos0 + n, each (n, head_dim / 2).
+    fn rope_angles(&self, pos0: usize, n: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+        cos.clear();
+        sin.clear();
+        for pos in pos0..pos0 + n {
+            for &f in &self.inv_freq {
+                // The pure-Rust libm gives the same bits on every target.
+                let angle = pos as f32 * f;
+                cos.push(libm::cosf(angle));
+                sin.push(libm::sinf(angle));
+            }
+        }
+    }
+}
+
+/// Query heads per attention work item: a whole group of one KV head (its cache read once), or,
+/// when a single token has fewer groups than threads, the largest divisor of the group that
+/// gives every thread an item (one head at worst). Reading the cache once per group beats an even
+/// split: SmolLM2 (3 groups) decodes ~20-40% faster on 2 threads with 3 uneven items than with 9.
+fn attention_heads_per_item(n_heads: usize, group: usize, tokens: usize, threads: usize) -> usize {
+    if tokens > 1 || threads <= 1 {
+        return group;
+    }
+    (1..=group)
+        .rev()
+        .find(|&d| group.is_multiple_of(d) && n_heads / d >= threads)
+        .unwrap_or(1)
+}
+
+/// The q, k, v rows of these tokens, made ready for attention: biases (Qwen2), per-head QK-norm
+/// (Qwen3) and RoPE on q and k; then k and v into the cache at positions `pos0 ..`.
+#[allow(clippy::too_many_arguments)]
+fn qkv_to_cache(
+    kernels: &Kernels,
+    c: &ModelConfig,
+    w: &LayerWeights,
+    qkv: &mut [f32],
+    head: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    layer_cache: &mut LayerCache,
+    pos0: usize,
+) {
+    let (head_dim, q_dim, kv_dim) = (c.head_dim, c.q_dim(), c.kv_dim());
+    let half = head_dim / 2;
+    for (t, row) in qkv.chunks_exact_mut(q_dim + 2 * kv_dim).enumerate() {
+        let (q, rest) = row.split_at_mut(q_dim);
+        let (k, v) = rest.split_at_mut(kv_dim);
+        add_bias(q, w.bq.as_deref());
+        add_bias(k, w.bk.as_deref());
+        add_bias(v, w.bv.as_deref());
+        // per-head QK-norm (Qwen3)
+        if let (Some(q_norm), Some(k_norm)) = (&w.q_norm, &w.k_norm) {
+            for (part, norm) in [(&mut *q, q_norm), (&mut *k, k_norm)] {
+                for h in part.chunks_exact_mut(head_dim) {
+                    head.copy_from_slice(h);
+                    (kernels.rmsnorm)(head, norm, c.rms_eps, h);
+                }
+            }
+        }
+        // RoPE
+        let (cos_t, sin_t) = (
+            &cos[t * half..(t + 1) * half],
+            &sin[t * half..(t + 1) * half],
+        );
+        (kernels.rope)(q, head_dim, cos_t, sin_t);
+        (kernels.rope)(k, head_dim, cos_t, sin_t);
+        // K and V into the cache at position pos0 + t
+        layer_cache.k.write((pos0 + t) * kv_dim, k);
+        layer_cache.v.write((pos0 + t) * kv_dim, v);
+    }
+}
+
+/// Attention over the cache, into `att` (n, q_dim): token t sees positions 0 ..= pos0 + t;
+/// query head h reads KV head h / group. A work item is some query heads of one KV head for a
+/// tile of tokens; one kernel call takes them all, so each block of the KV head is read and
+/// converted once and reused from L1 by every (token, head) pair.
+fn attention(
+    compute: Compute<'_>,
+    c: &ModelConfig,
+    layer_cache: &LayerCache,
+    qkv: &[f32],
+    att: &mut [f32],
+    pos0: usize,
+) {
+    let (head_dim, q_dim, kv_dim) = (c.head_dim, c.q_dim(), c.kv_dim());
+    let qkv_dim = q_dim + 2 * kv_dim;
+    let n = qkv.len() / qkv_dim;
+    let group = c.n_heads / c.n_kv_heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let (keys, values) = (layer_cache.k.view(), layer_cache.v.view());
+    let heads_per_item = attention_heads_per_item(c.n_heads, group, n, compute.parallel.threads());
+    for_each_tile(
+        compute.parallel,
+        att,
+        q_dim,
+        0,
+        q_dim,
+        heads_per_item * head_dim,
+        compute.tuning.attention_tokens,
+        &|first, t0, outs| {
+            // (tokens, heads * head_dim) query rows of this item; token t0 + j sees
+            // pos0 + t0 + 1 + j positions.
+            let width = outs.first().map_or(0, |o| o.len());
+            let row = |j: usize| {
+                let at = (t0 + j) * qkv_dim + first;
+                &qkv[at..at + width]
+            };
+            let mut qs: [&[f32]; MAX_TOKENS_PER_CALL] = [&[]; MAX_TOKENS_PER_CALL];
+            for (j, q) in qs.iter_mut().enumerate().take(outs.len()) {
+                *q = row(j);
+            }
+            let kv_head = KvHead {
+                keys,
+                values,
+                positions: pos0 + t0 + 1,
+                kv_dim,
+                offset: (first / head_dim / group) * head_dim,
+                head_dim,
+                scale,
+            };
+            (compute.kernels.attention)(&qs[..outs.len()], &kv_head, outs);
+        },
+    );
+}
+
+/// The first `n` elements of a reused buffer, grown if needed (allocates only while growing).
+fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// One sequence's work buffers for [`Weights::forward`], reused from call to call: after the
+/// largest batch has been seen, a forward pass allocates nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Scratch {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    qkv: Vec<f32>,
+    att: Vec<f32>,
+    proj: Vec<f32>,
+    ffn: Vec<f32>,
+    head: Vec<f32>,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    act: Activations,
+    logits: Vec<f32>,
+}
+
+impl Scratch {
+    /// The logits of the last forward pass that computed any.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+}
+
+/// Activations of one matmul input: f32 rows and, for quantized weights, their Q8 blocks
+/// (quantized once and shared by every matrix that reads the same input).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Activations {
+    f32: Vec<f32>,
+    q8: Vec<BlockQ8Act>,
+    cols: usize,
+}
+
+impl Activations {
+    /// The input is the first `cols` values of every `stride`-long row of `x`.
+    pub(super) fn set(&mut self, kernels: &Kernels, x: &[f32], stride: usize, cols: usize) {
+        let n = x.len() / stride;
+        self.cols = cols;
+        self.f32.clear();
+        for row in x.chunks_exact(stride) {
+            self.f32.extend_from_slice(&row[..cols]);
+        }
+        self.q8.clear();
+        if cols % QK == 0 {
+            let nb = cols / QK;
+            self.q8.resize(n * nb, BlockQ8Act::default());
+            for (row, q) in self
+                .f32
+                .chunks_exact(cols)
+                .zip(self.q8.chunks_exact_mut(nb))
+            {
+                (kernels.quantize_q8)(row, q);
+            }
+        }
+    }
+
+    fn input(&self, w: &Matrix) -> Input<'_> {
+        if w.wants_q8() {
+            Input::Q8(&self.q8)
+        } else {
+            Input::F32(&self.f32)
+        }
+    }
+}
+
+/// Matmuls of a stack (one call when fused): `out` holds n tokens of `stack.rows()` values.
+fn matmul_stacked(compute: Compute<'_>, stack: &Stacked, x: &Activations, out: &mut [f32]) {
+    let mut col0 = 0;
+    for m in &stack.matrices {
+        matmul(compute, m, x, out, stack.rows(), col0);
+        col0 += m.rows;
+    }
+}
+
+/// `out[t][col0 ..][.. w.rows] = w · x[t]` for every token t (`out` is rows of `stride`), rows
+/// split across threads in work items of the tuned size.
+pub(super) fn matmul(
+    compute: Compute<'_>,
+    w: &Matrix,
+    x: &Activations,
+    out: &mut [f32],
+    stride: usize,
+    col0: usize,
+) {
+    debug_assert_eq!(x.cols, w.cols);
+    let input = x.input(w);
+    let n_tokens = out.len() / stride;
+    let rows = compute.tuning.rows_per_item(w, n_tokens);
+    for_each_tile(
+        compute.parallel,
+        out,
+        stride,
+        col0,
+        w.rows,
+        rows,
+        n_tokens,
+        &|first, t0, outs| (compute.kernels.matmul)(w, first, &input.from_token(t0, w.cols), outs),
+    );
+}
+
+fn rmsnorm_rows(kernels: &Kernels, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let n = weight.len();
+    for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        (kernels.rmsnorm)(xr, weight, eps, or);
+    }
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(v, &bi)| *v = *v + bi);
+        }
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, &b)| *a = *a + b);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attention_heads_per_item;
+
+    #[test]
+    fn attention_heads_per_item_whole_groups_unless_a_token_has_fewer_groups_than_threads() {
+        // SmolLM2: 9 heads in 3 groups of 3.
+        assert_eq!(attention_heads_per_item(9, 3, 1, 1), 3);
+        assert_eq!(attention_heads_per_item(9, 3, 1, 2), 3);
+        assert_eq!(attention_heads_per_item(9, 3, 1, 4), 1);
+        assert_eq!(attention_heads_per_item(9, 3, 16, 8), 3);
+        // TinyLlama: 32 heads in 4 groups of 8.
+        assert_eq!(attention_heads_per_item(32, 8, 1, 4), 8);
+        assert_eq!(attention_heads_per_item(32, 8, 1, 8), 4);
+        assert_eq!(attention_heads_per_item(32, 8, 1, 64), 1);
+        // No GQA.
+        assert_eq!(attention_heads_per_item(2, 1, 1, 8), 1);
+    }
+}
