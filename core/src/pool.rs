@@ -1,4 +1,4 @@
-//! The spin pool behind `Parallel` (DESIGN.md section 5), natively and in the threads wasm
+//! The spin pool behind `Parallel` (ARCHITECTURE.md section 5), natively and in the threads wasm
 //! build. N-1 worker threads wait on an epoch counter, spinning for about a millisecond and then
 //! sleeping on a condvar; the caller publishes a job, works on it too, and returns when every
 //! chunk is done. The pool starts no thread itself: it is handed a spawner (std threads in

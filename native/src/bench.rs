@@ -1,6 +1,6 @@
 //! `inferno bench`: prefill and greedy-decode speed per (threads, prompt length), the median of
 //! several trials after a warm-up, with decode bytes/token set against a measured memory read
-//! bandwidth (DESIGN.md section 7). Prompts are generated prose, different for every trial.
+//! bandwidth (ARCHITECTURE.md section 7). Prompts are generated prose, different for every trial.
 
 use std::path::PathBuf;
 use std::sync::Arc;

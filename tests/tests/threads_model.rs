@@ -1,4 +1,4 @@
-//! Model-level determinism across thread counts (DESIGN.md section 3, rule 7): the spin pool with
+//! Model-level determinism across thread counts (ARCHITECTURE.md, contract rule 7): the spin pool with
 //! 1, 2, 3 and 8 threads gives the same logits bit for bit, on a synthetic model (batched prefill
 //! then token-by-token decode) and on the real model (one short prompt).
 

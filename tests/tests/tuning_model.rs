@@ -1,4 +1,4 @@
-//! Model-level determinism over every way the work can be cut (DESIGN.md section 3, rule 7):
+//! Model-level determinism over every way the work can be cut (ARCHITECTURE.md, contract rule 7):
 //! for every backend, threads 1/2/3/8 and several forced tunings (rows per matmul work item,
 //! tokens per attention work item) plus the load-time autotuned one, a batched prefill and a
 //! token-by-token run give the reference's logits bit for bit.

@@ -1,4 +1,4 @@
-//! The one `exp` of the reduction contract (DESIGN.md section 3, rule 5), used by every backend:
+//! The one `exp` of the reduction contract (contract rule 5, ARCHITECTURE.md), used by every backend:
 //! written with only +, -, *, round_ties_even, compares and bit operations, so the wasm and native
 //! builds, and any SIMD twin, produce the same bits. Never `f32::exp` or a platform libm.
 

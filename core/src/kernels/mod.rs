@@ -2,7 +2,7 @@
 //!
 //! Every floating-point result of the forward pass is defined by [`reference`]; every backend
 //! (reference, AVX2, AVX-VNNI, AVX-512, wasm simd128, relaxed-simd) must return the same bits for
-//! any batch size, thread count and tile configuration. The rules, normative (DESIGN.md §3):
+//! any batch size, thread count and tile configuration. The rules, normative (ARCHITECTURE.md section 4, where they are written in full):
 //!
 //! 1. No fused multiply-add: every `a * b + c` rounds the product, then the sum.
 //! 2. f32 dot of length n: element i goes to accumulator `acc[(i / 8) % 4][i % 8]`, added in

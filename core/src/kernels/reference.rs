@@ -1,5 +1,5 @@
 //! The reference backend: plain scalar Rust that DEFINES every floating-point result of the
-//! forward pass (DESIGN.md section 3). Every SIMD backend is a twin of a function here and must
+//! forward pass (the reduction contract, ARCHITECTURE.md section 4). Every SIMD backend is a twin of a function here and must
 //! return the same bits. Written for clarity, not speed; the order of every sum is normative.
 
 use super::math::exp;

@@ -158,7 +158,7 @@ pub struct BlockQ8_0 {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 
-/// An activation block for the quantized matmuls (DESIGN.md section 3, rule 3): not a file
+/// An activation block for the quantized matmuls (contract rule 3, ARCHITECTURE.md): not a file
 /// format, so the scale stays f32 and the sum of the quants is precomputed for Q4_1.
 #[repr(C, align(4))]
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

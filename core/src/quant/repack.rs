@@ -1,4 +1,4 @@
-//! Row-interleaved weight tiles (DESIGN.md section 4): the one in-memory layout of a quantized
+//! Row-interleaved weight tiles (ARCHITECTURE.md section 5): the one in-memory layout of a quantized
 //! matrix, built once at load. Reference code (plain Rust); the kernels read the tiles directly.
 //!
 //! Rows are taken in groups of [`TILE_ROWS`]; tile (group g, block b) holds block b of rows

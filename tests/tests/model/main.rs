@@ -33,7 +33,7 @@ pub fn f32_path() -> &'static Engine {
     })
 }
 
-/// One oracle prompt file (../shared/oracle/logits/NAME.json).
+/// One oracle prompt file (tests/data/oracle/logits/NAME.json).
 pub fn oracle_prompt(name: &str) -> Value {
     let path = inferno_tests::oracle_dir().join(format!("logits/{name}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

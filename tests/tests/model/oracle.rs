@@ -1,4 +1,4 @@
-//! Agreement with Hugging Face transformers (../shared/oracle): logits, greedy continuations and
+//! Agreement with Hugging Face transformers (tests/data/oracle): logits, greedy continuations and
 //! perplexity, for the f32 verification path and the quantized path.
 
 use inferno_core::eval::{perplexity, window_nll};
