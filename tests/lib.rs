@@ -41,6 +41,20 @@ pub fn model_path() -> PathBuf {
     .clone()
 }
 
+/// The `inferno` binary the CLI tests run: `$INFERNO_BIN` (make test sets it), else the release
+/// build of this workspace.
+pub fn inferno_binary() -> PathBuf {
+    let path = std::env::var_os("INFERNO_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/inferno"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make build` (or `make test`) first",
+        path.display()
+    );
+    path
+}
+
 /// The test model's bytes, read once per test binary.
 pub fn model_bytes() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();

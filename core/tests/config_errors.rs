@@ -11,23 +11,7 @@ use serde_json::{json, Value as Json};
 mod common;
 
 fn base_config() -> ModelConfig {
-    ModelConfig {
-        architecture: "llama".into(),
-        dim: 64,
-        hidden_dim: 96,
-        n_layers: 1,
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 16,
-        vocab_size: 8,
-        context_length: 128,
-        rms_eps: 1e-6,
-        rope_theta: 1e6,
-        rope_scaling: None,
-        tied_embeddings: true,
-        attention_bias: false,
-        qk_norm: false,
-    }
+    common::tiny_llama_config()
 }
 
 /// The config read back from a GGUF holding its metadata, with `extra` keys set on top.

@@ -15,21 +15,8 @@ mod common;
 
 fn one_layer_config(rope_scaling: Option<RopeScaling>) -> ModelConfig {
     ModelConfig {
-        architecture: "llama".into(),
-        dim: 64,
-        hidden_dim: 96,
-        n_layers: 1,
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 16,
-        vocab_size: 8,
-        context_length: 128,
-        rms_eps: 1e-6,
-        rope_theta: 1e6,
         rope_scaling,
-        tied_embeddings: true,
-        attention_bias: false,
-        qk_norm: false,
+        ..common::tiny_llama_config()
     }
 }
 

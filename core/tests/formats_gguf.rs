@@ -8,6 +8,8 @@ use inferno_core::formats::{ModelSource, QkRowOrder};
 use inferno_core::quant::GgmlType;
 use inferno_core::Error;
 
+mod common;
+
 const ALL_TYPES: [GgmlType; 6] = [
     GgmlType::F32,
     GgmlType::F16,
@@ -453,20 +455,7 @@ fn flipping_every_byte_of_a_small_file_with_3_masks_never_panics() {
 fn base_config(architecture: &str) -> ModelConfig {
     ModelConfig {
         architecture: architecture.into(),
-        dim: 64,
-        hidden_dim: 96,
-        n_layers: 1,
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 16,
-        vocab_size: 8,
-        context_length: 128,
-        rms_eps: 1e-6,
-        rope_theta: 1e6,
-        rope_scaling: None,
-        tied_embeddings: true,
-        attention_bias: false,
-        qk_norm: false,
+        ..common::tiny_llama_config()
     }
 }
 

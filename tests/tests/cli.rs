@@ -9,19 +9,7 @@ use std::process::{Command, Output, Stdio};
 use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::model::WeightDtype;
 use inferno_core::quant::GgmlType;
-use inferno_tests::{model_path, synthetic_gguf, SyntheticShape};
-
-fn binary() -> PathBuf {
-    let path = std::env::var_os("INFERNO_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/inferno"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `make build` (or `make test`) first",
-        path.display()
-    );
-    path
-}
+use inferno_tests::{inferno_binary as binary, model_path, synthetic_gguf, SyntheticShape};
 
 fn inferno(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(binary())

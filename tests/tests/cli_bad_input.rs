@@ -8,19 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use inferno_core::formats::gguf::{GgufFile, GgufWriter, Value};
-use inferno_tests::{model_bytes, model_path};
-
-fn binary() -> PathBuf {
-    let path = std::env::var_os("INFERNO_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/inferno"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `make build` (or `make test`) first",
-        path.display()
-    );
-    path
-}
+use inferno_tests::{inferno_binary as binary, model_bytes, model_path};
 
 /// Runs the binary with stdin closed and stdout, stderr piped (so stderr is not a terminal).
 fn inferno(args: &[&str]) -> Output {
