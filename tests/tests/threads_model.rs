@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::quant::GgmlType;
-use inferno_native::pool::{self, ThreadPool};
+use inferno_native::pool;
 use inferno_tests::{synthetic_gguf, SyntheticShape};
 
 const PROMPT: &str = "Once upon a time, in a land far away, there lived a clockmaker who \
