@@ -10,6 +10,7 @@ use crate::engine::Engine;
 use crate::generate::{prefill, GenerateOptions, Generator, StopReason};
 use crate::sampler::Sampler;
 use crate::session::{DraftSync, Session};
+use crate::speculative::SpeculativeStats;
 use crate::{Error, Result};
 
 /// Stands for the draft in a rendered conversation, so the text before it (the anchor) can be
@@ -48,6 +49,8 @@ pub struct ChatSession {
     /// random stream goes on from turn to turn.
     sampler: Option<Sampler>,
     turn: Option<Turn>,
+    /// The last ended turn's tokens, speculation figures and stop reason.
+    last: (usize, SpeculativeStats, Option<StopReason>),
 }
 
 impl ChatSession {
@@ -60,6 +63,7 @@ impl ChatSession {
             sampler: Some(Sampler::new(options.sampler.clone())),
             options,
             turn: None,
+            last: Default::default(),
         }
     }
 
@@ -170,13 +174,12 @@ impl ChatSession {
             .sampler
             .take()
             .unwrap_or_else(|| Sampler::new(self.options.sampler.clone()));
+        let mut generator =
+            Generator::with_sampler(sampler, self.options.max_tokens, self.options.stop.clone());
+        generator.set_speculative(&self.options.speculative);
         self.turn = Some(Turn {
             user: user.to_string(),
-            generator: Generator::with_sampler(
-                sampler,
-                self.options.max_tokens,
-                self.options.stop.clone(),
-            ),
+            generator,
         });
         Ok(TurnStart {
             prompt_tokens: start.prompt_tokens,
@@ -212,12 +215,24 @@ impl ChatSession {
 
     /// Tokens sampled in the current (or last) turn.
     pub fn turn_tokens(&self) -> usize {
-        self.turn.as_ref().map_or(0, |t| t.generator.tokens().len())
+        self.turn
+            .as_ref()
+            .map_or(self.last.0, |t| t.generator.tokens().len())
+    }
+
+    /// What speculation did in the current (or last) turn.
+    pub fn turn_stats(&self) -> SpeculativeStats {
+        self.turn
+            .as_ref()
+            .map_or(self.last.1, |t| t.generator.stats())
     }
 
     /// Why the current turn stopped, if it has.
     pub fn stop_reason(&self) -> Option<StopReason> {
-        self.turn.as_ref().and_then(|t| t.generator.stop_reason())
+        match &self.turn {
+            Some(t) => t.generator.stop_reason(),
+            None => self.last.2,
+        }
     }
 
     /// Records the turn (user message and the reply as streamed so far, also when stopped
@@ -228,6 +243,7 @@ impl ChatSession {
         };
         let (reply, sampler) = turn.generator.finish();
         self.sampler = Some(sampler);
+        self.last = (reply.tokens.len(), reply.stats, reply.stop);
         self.messages.push(ChatMessage::new("user", turn.user));
         self.messages
             .push(ChatMessage::new("assistant", reply.text.as_str()));

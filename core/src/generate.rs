@@ -7,8 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::Engine;
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::session::Session;
+use crate::speculative::{Gate, NgramIndex, SpeculativeOptions, SpeculativeStats};
 use crate::tokenizer::StreamDecoder;
 use crate::{Error, Result};
 
@@ -26,6 +28,8 @@ pub struct GenerateOptions {
     pub max_tokens: usize,
     /// Strings that end the reply; the stop string itself is not emitted.
     pub stop: Vec<String>,
+    /// Prompt-lookup speculation (same output either way; only speed differs).
+    pub speculative: SpeculativeOptions,
 }
 
 impl Default for GenerateOptions {
@@ -34,6 +38,7 @@ impl Default for GenerateOptions {
             sampler: SamplerConfig::default(),
             max_tokens: DEFAULT_MAX_TOKENS,
             stop: Vec::new(),
+            speculative: SpeculativeOptions::default(),
         }
     }
 }
@@ -48,7 +53,8 @@ impl GenerateOptions {
     }
 
     /// Options from a JSON object with the field names above (`temperature`, `top_k`, `top_p`,
-    /// `min_p`, `repeat_penalty`, `repeat_last_n`, `seed`, `max_tokens`, `stop`); missing
+    /// `min_p`, `repeat_penalty`, `repeat_last_n`, `seed`, `max_tokens`, `stop`, and
+    /// `speculative` as `{"enabled", "draft_max", "ngram_min", "ngram_max"}`); missing
     /// fields take the defaults, unknown ones are an error.
     pub fn from_json(json: &str) -> Result<Self> {
         let bad = |e: String| Error::InvalidArgument(format!("generation options: {e}"));
@@ -73,7 +79,8 @@ impl GenerateOptions {
     }
 
     pub fn validate(&self) -> Result<()> {
-        self.sampler.validate()
+        self.sampler.validate()?;
+        self.speculative.validate()
     }
 }
 
@@ -127,12 +134,30 @@ pub fn prefill(session: &mut Session, prompt: &[u32]) -> Result<Prefill> {
     })
 }
 
-/// A reply being generated: the sampler, the stop rules and the text streamed so far.
+/// A reply being generated: the sampler, the stop rules, the speculative decoder's state and
+/// the text streamed so far.
+///
+/// Each step runs one forward over the token sampled last (the *pending* token: emitted, not
+/// yet in the cache) followed by any drafted tokens, then draws from the logits position by
+/// position with the sampler plain decoding uses. A drafted token is kept while it equals the
+/// draw; the first draw that differs (or the draw after the last drafted token) becomes the
+/// next pending token, and the cache is cut back past the rejected ones. The draws, the
+/// histories they see and the sampler's random stream are exactly those of plain decoding, so
+/// the tokens are too (ARCHITECTURE.md section 6).
 #[derive(Debug, Clone)]
 pub struct Generator {
     sampler: Sampler,
     max_tokens: usize,
     stop: Vec<String>,
+    speculative: SpeculativeOptions,
+    /// The context's n-grams (built on the first step when speculation is on).
+    index: Option<NgramIndex>,
+    gate: Gate,
+    stats: SpeculativeStats,
+    /// Sampled and emitted, not yet run through the model.
+    next: Option<u32>,
+    /// The first step draws from the logits the prefill left in the session.
+    started: bool,
     decoder: StreamDecoder,
     /// Text held back because it may be the start of a stop string.
     pending: String,
@@ -147,32 +172,43 @@ pub struct Generator {
 /// A finished reply.
 #[derive(Debug, Clone, Default)]
 pub struct Generated {
-    /// Sampled tokens appended to the session (the end token is not among them).
+    /// Sampled tokens (the end token is not among them). All are in the session's cache
+    /// unless the reply was cancelled, when the last one may not be.
     pub tokens: Vec<u32>,
     /// The end-of-generation token that stopped it, if one did.
     pub end_token: Option<u32>,
     /// The text emitted (stop string excluded).
     pub text: String,
     pub stop: Option<StopReason>,
+    pub stats: SpeculativeStats,
 }
 
 impl Generator {
     /// A generator with a fresh sampler seeded from the options.
     pub fn new(options: &GenerateOptions) -> Result<Generator> {
         options.validate()?;
-        Ok(Self::with_sampler(
+        let mut g = Self::with_sampler(
             Sampler::new(options.sampler.clone()),
             options.max_tokens,
             options.stop.clone(),
-        ))
+        );
+        g.set_speculative(&options.speculative);
+        Ok(g)
     }
 
-    /// A generator that continues an existing sampler's random stream (a chat's next turn).
+    /// A generator that continues an existing sampler's random stream (a chat's next turn),
+    /// without speculation until [`Generator::set_speculative`].
     pub fn with_sampler(sampler: Sampler, max_tokens: usize, stop: Vec<String>) -> Generator {
         Generator {
             sampler,
             max_tokens,
             stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
+            speculative: SpeculativeOptions::off(),
+            index: None,
+            gate: Gate::default(),
+            stats: SpeculativeStats::default(),
+            next: None,
+            started: false,
             decoder: StreamDecoder::new(),
             pending: String::new(),
             text: String::new(),
@@ -183,34 +219,163 @@ impl Generator {
         }
     }
 
-    /// One step: samples the next token from the session's logits, appends it and returns the
-    /// text it completes (possibly empty while a character or a possible stop string is
-    /// pending). Returns None once the reply has ended and all its text has been returned.
+    /// Turns speculation on or off (before the first step; later calls are ignored).
+    pub fn set_speculative(&mut self, options: &SpeculativeOptions) {
+        if !self.started {
+            self.speculative = options.clone();
+        }
+    }
+
+    /// One step: one forward (none on the first step, which draws from the prefill's logits)
+    /// and the text of the one or more tokens it yields (possibly empty while a character or
+    /// a possible stop string is pending). Returns None once the reply has ended and all its
+    /// text has been returned.
     pub fn step(&mut self, session: &mut Session) -> Result<Option<String>> {
         if self.drained {
             return Ok(None);
         }
-        if self.stop_reason.is_none() {
-            if self.tokens.len() >= self.max_tokens {
-                self.stop_reason = Some(StopReason::MaxTokens);
-            } else if session.remaining() == 0 {
-                self.stop_reason = Some(StopReason::ContextFull);
-            }
-        }
         if self.stop_reason.is_some() {
             return self.drain(session).map(Some);
         }
-        let (logits, history) = session.logits_and_tokens()?;
-        let id = self.sampler.sample(logits, history);
-        if session.engine().is_end_of_generation(id) {
+        if !self.started {
+            self.started = true;
+            if self.speculative.enabled {
+                let mut index = NgramIndex::new(&self.speculative);
+                index.extend(session.tokens());
+                self.index = Some(index);
+            }
+            let engine = session.engine().clone();
+            let context = engine.config().context_length;
+            let (logits, history) = session.logits_and_tokens()?;
+            let piece = match self.limit(history.len(), context) {
+                Some(reason) => {
+                    self.stop_reason = Some(reason);
+                    String::new()
+                }
+                None => {
+                    let id = self.sampler.sample(logits, history);
+                    self.take(id, &engine)?
+                }
+            };
+            return self.finish_step(piece, session);
+        }
+        let Some(next) = self.next.take() else {
+            // Unreachable: a started reply that has not stopped always has a pending token.
+            self.stop_reason = Some(StopReason::Cancelled);
+            return self.drain(session).map(Some);
+        };
+
+        // [next, draft...]: the draft never outruns max_tokens or the context.
+        let mut batch = vec![next];
+        if let Some(index) = &self.index {
+            let room =
+                (self.max_tokens - self.tokens.len()).min(session.remaining().saturating_sub(1));
+            let max = self.speculative.draft_max.min(room);
+            if max > 0 && self.gate.open() {
+                batch.extend_from_slice(index.draft(max));
+            }
+        }
+        let drafted = batch.len() - 1;
+        let base = session.len();
+        let engine = session.engine().clone();
+        let (vocab, context) = (engine.config().vocab_size, engine.config().context_length);
+        self.stats.forwards += 1;
+        let (logits, history) = session.append_scored(&batch)?;
+        let mut text = String::new();
+        let mut kept = 0; // drafted tokens accepted
+        let mut in_cache = batch.len(); // positions of the batch to keep
+        for j in 0..=drafted {
+            // The logits after batch[j], seen with the history plain decoding would have.
+            let history = &history[..base + 1 + j];
+            if let Some(reason) = self.limit(history.len(), context) {
+                self.stop_reason = Some(reason);
+                in_cache = j + 1;
+                break;
+            }
+            let id = self
+                .sampler
+                .sample(&logits[j * vocab..(j + 1) * vocab], history);
+            let accepted = j < drafted && batch[j + 1] == id;
+            text.push_str(&self.take(id, &engine)?);
+            if accepted && self.end_token.is_none() {
+                // Already in the cache: not pending.
+                self.next = None;
+                kept += 1;
+                if self.stop_reason.is_some() {
+                    // A stop inside an accepted run: the reply ends at this token, which plain
+                    // decoding would have appended.
+                    in_cache = j + 2;
+                    break;
+                }
+                continue;
+            }
+            in_cache = j + 1;
+            break;
+        }
+        if drafted > 0 {
+            self.stats.attempts += 1;
+            self.stats.drafted += drafted;
+            self.stats.accepted += kept;
+            self.gate.record(drafted, kept);
+        }
+        session.truncate(base + in_cache);
+        self.finish_step(text, session)
+    }
+
+    /// Why the reply must stop before drawing the token after `len` tokens of context, as
+    /// plain decoding checks it: max_tokens first, then a full context.
+    fn limit(&self, len: usize, context: usize) -> Option<StopReason> {
+        if self.tokens.len() >= self.max_tokens {
+            Some(StopReason::MaxTokens)
+        } else if len >= context {
+            Some(StopReason::ContextFull)
+        } else {
+            None
+        }
+    }
+
+    /// A drawn token: the end of the reply, or the next pending token and its text.
+    fn take(&mut self, id: u32, engine: &Engine) -> Result<String> {
+        if engine.is_end_of_generation(id) {
             self.stop_reason = Some(StopReason::EndOfGeneration);
             self.end_token = Some(id);
-            return self.drain(session).map(Some);
+            self.next = None;
+            return Ok(String::new());
         }
-        session.append(&[id])?;
         self.tokens.push(id);
-        let piece = self.decoder.push(session.engine().tokenizer(), id)?;
-        Ok(Some(self.accept_text(&piece)))
+        self.stats.tokens += 1;
+        if let Some(index) = &mut self.index {
+            index.push(id);
+        }
+        self.next = Some(id);
+        let piece = self.decoder.push(engine.tokenizer(), id)?;
+        let shown = self.accept_text(&piece);
+        if self.tokens.len() >= self.max_tokens && self.stop_reason.is_none() {
+            self.stop_reason = Some(StopReason::MaxTokens);
+        }
+        Ok(shown)
+    }
+
+    /// After a step's draws: once the reply has stopped, the last token goes into the cache
+    /// (as plain decoding leaves it) and the held-back text is flushed.
+    fn finish_step(&mut self, mut text: String, session: &mut Session) -> Result<Option<String>> {
+        if self.stop_reason.is_some() {
+            if let Some(last) = self.next.take() {
+                if session.remaining() > 0 {
+                    self.stats.forwards += 1;
+                    session.append(&[last])?;
+                }
+            }
+            if !self.drained {
+                text.push_str(&self.drain(session)?);
+            }
+        }
+        Ok(Some(text))
+    }
+
+    /// What speculation did so far in this reply.
+    pub fn stats(&self) -> SpeculativeStats {
+        self.stats
     }
 
     /// Runs steps until the reply ends, calling `on_text` with every non-empty piece; when
@@ -262,6 +427,7 @@ impl Generator {
             end_token: self.end_token,
             text: self.text,
             stop: Some(self.stop_reason.unwrap_or(StopReason::Cancelled)),
+            stats: self.stats,
         };
         (generated, self.sampler)
     }

@@ -63,6 +63,7 @@ pub mod pool;
 pub mod quant;
 pub mod sampler;
 pub mod session;
+pub mod speculative;
 pub mod tokenizer;
 
 pub use chat::ChatMessage;
@@ -73,3 +74,4 @@ pub use generate::{prefill, GenerateOptions, Generated, Generator, Prefill, Stop
 pub use model::WeightDtype;
 pub use sampler::SamplerConfig;
 pub use session::Session;
+pub use speculative::{SpeculativeOptions, SpeculativeStats};

@@ -67,7 +67,7 @@ impl SamplerConfig {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sampler {
     pub config: SamplerConfig,
     rng: ChaCha8Rng,

@@ -93,6 +93,17 @@ impl Session {
         self.forward(tokens, LogitsFor::All)
     }
 
+    /// Like [`Session::append_all_logits`] without a copy: the logits of every new position
+    /// (`tokens.len() * vocab_size`, borrowed from the work buffers) and all tokens so far.
+    /// What speculative verification reads.
+    pub fn append_scored(&mut self, tokens: &[u32]) -> Result<(&[f32], &[u32])> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("append_scored of no tokens".into()));
+        }
+        self.run(tokens, LogitsFor::All)?;
+        Ok((self.scratch.logits(), &self.tokens))
+    }
+
     /// Prefills without computing logits (they are computed on demand by [`Session::logits`]).
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<()> {
         self.run(tokens, LogitsFor::None)

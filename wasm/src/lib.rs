@@ -201,7 +201,7 @@ impl WasmEngine {
 }
 
 /// Core's generation defaults as JSON (`temperature`, `top_k`, `top_p`, `min_p`,
-/// `repeat_penalty`, `repeat_last_n`, `seed`, `max_tokens`, `stop`): what the page shows
+/// `repeat_penalty`, `repeat_last_n`, `seed`, `max_tokens`, `stop`, `speculative`): what the page shows
 /// before the user changes anything, the same values the CLI uses.
 #[wasm_bindgen]
 pub fn generate_defaults() -> String {
@@ -276,7 +276,8 @@ impl WasmChat {
         })
     }
 
-    /// One token of the reply: its text (possibly empty), or undefined when the reply is over.
+    /// One step of the reply (one forward: one token, or several when a speculative draft was
+    /// accepted): its text (possibly empty), or undefined when the reply is over.
     pub fn next_token(&mut self) -> Result<Option<String>, JsError> {
         self.chat.next_token().map_err(js_error)
     }
@@ -294,6 +295,12 @@ impl WasmChat {
     /// Tokens sampled in the current (or last) turn.
     pub fn turn_tokens(&self) -> u32 {
         self.chat.turn_tokens() as u32
+    }
+
+    /// What speculation did in the current (or last) turn, as JSON: `attempts`, `drafted`,
+    /// `accepted`, `forwards`, `tokens`.
+    pub fn turn_stats(&self) -> String {
+        self.chat.turn_stats().to_json()
     }
 
     /// Why the reply ended ("EndOfGeneration", "MaxTokens", ...), if it has.

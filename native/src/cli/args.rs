@@ -10,6 +10,7 @@ use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::generate::GenerateOptions;
 use inferno_core::model::WeightDtype;
 use inferno_core::sampler::SamplerConfig;
+use inferno_core::speculative::SpeculativeOptions;
 use inferno_native::{bench, convert, load, pool, synthetic};
 
 #[derive(Parser)]
@@ -158,9 +159,42 @@ pub struct GenerateArgs {
     /// System message for the chat template.
     #[arg(long)]
     pub system: Option<String>,
-    /// Print prefill and decode speed to stderr.
+    /// Prompt-lookup speculative decoding (the same text either way; only speed differs).
+    #[arg(long, value_enum, default_value_t = OnOff::from(defaults().speculative.enabled))]
+    pub speculative: OnOff,
+    /// Most tokens drafted per speculative step.
+    #[arg(long, default_value_t = defaults().speculative.draft_max)]
+    pub draft_max: usize,
+    /// Shortest and longest context suffix looked up for a draft.
+    #[arg(long, default_value_t = defaults().speculative.ngram_min)]
+    pub ngram_min: usize,
+    #[arg(long, default_value_t = defaults().speculative.ngram_max)]
+    pub ngram_max: usize,
+    /// Print prefill and decode speed (and what speculation did) to stderr.
     #[arg(long)]
     pub stats: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl From<bool> for OnOff {
+    fn from(on: bool) -> OnOff {
+        if on {
+            OnOff::On
+        } else {
+            OnOff::Off
+        }
+    }
+}
+
+impl std::fmt::Display for OnOff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if *self == OnOff::On { "on" } else { "off" })
+    }
 }
 
 /// Core's defaults, the one place they are defined; the flags above show them.
@@ -189,6 +223,12 @@ impl GenerateArgs {
             },
             max_tokens: self.max_tokens,
             stop: self.stop.clone(),
+            speculative: SpeculativeOptions {
+                enabled: self.speculative == OnOff::On,
+                draft_max: self.draft_max,
+                ngram_min: self.ngram_min,
+                ngram_max: self.ngram_max,
+            },
         };
         options.validate()?;
         Ok(options)

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use inferno_core::chat_session::{ChatSession, TurnStart};
 use inferno_core::generate::{prefill, Generator, StopReason};
+use inferno_core::speculative::SpeculativeStats;
 
 use super::args::{GenerateArgs, ModelArgs};
 
@@ -59,6 +60,7 @@ struct Stats {
     decoded: usize,
     decode: Duration,
     stop: Option<StopReason>,
+    speculative: Option<SpeculativeStats>,
 }
 
 impl Stats {
@@ -76,6 +78,18 @@ impl Stats {
             rate(self.decoded, self.decode),
             self.stop,
         );
+        if let Some(s) = self.speculative {
+            eprintln!(
+                "[speculative: {} attempts, {} of {} drafted tokens accepted ({:.0}%), {} tokens in {} forwards = {:.2} tokens per forward]",
+                s.attempts,
+                s.accepted,
+                s.drafted,
+                100.0 * s.acceptance(),
+                s.tokens,
+                s.forwards,
+                s.tokens_per_forward(),
+            );
+        }
     }
 }
 
@@ -103,6 +117,7 @@ pub fn run(model: ModelArgs, gen: GenerateArgs, raw: bool, prompt: String) -> Re
             decoded: generator.tokens().len(),
             decode,
             stop: generator.stop_reason(),
+            speculative: options.speculative.enabled.then(|| generator.stats()),
         }
     } else {
         let mut chat = ChatSession::new(&engine);
@@ -142,6 +157,11 @@ fn chat_turn(chat: &mut ChatSession, user: &str) -> Result<Stats> {
     let decode = t1.elapsed();
     let stop = chat.stop_reason();
     let decoded = chat.turn_tokens();
+    let speculative = chat
+        .options()
+        .speculative
+        .enabled
+        .then(|| chat.turn_stats());
     // The turn is recorded even when it failed half-way, so the conversation stays whole.
     chat.end_turn()?;
     streamed?;
@@ -154,6 +174,7 @@ fn chat_turn(chat: &mut ChatSession, user: &str) -> Result<Stats> {
         decoded,
         decode,
         stop,
+        speculative,
     })
 }
 
