@@ -58,6 +58,7 @@ let defaults = null;
 function showDefaults(d) {
   defaults = d;
   for (const name of OPTION_INPUTS) if ($(name).value === '') $(name).value = d[name];
+  if (!$('speculative').dataset.touched) $('speculative').checked = d.speculative.enabled;
 }
 
 function settings() {
@@ -68,6 +69,8 @@ function settings() {
     options[name] = $(name).value !== '' && Number.isFinite(v) ? v : defaults?.[name];
   }
   for (const name of ['top_k', 'seed', 'max_tokens']) options[name] = Math.max(0, Math.floor(options[name]));
+  // Speculation changes speed only: the reply is the same either way.
+  options.speculative = { ...defaults?.speculative, enabled: $('speculative').checked };
   return { options, system: $('system').value.trim() };
 }
 
@@ -130,7 +133,7 @@ const on = {
     reply.textContent += text;
     $('chat').scrollTop = $('chat').scrollHeight;
   },
-  [FromWorker.TURN_END]({ text, stop, prefilled, prefillMs, decoded, decodeMs }) {
+  [FromWorker.TURN_END]({ text, stop, prefilled, prefillMs, decoded, decodeMs, speculative }) {
     reply.textContent = text;
     reply.dataset.done = '1';
     reply.dataset.stop = stop;
@@ -138,7 +141,10 @@ const on = {
     const meta = document.createElement('span');
     meta.className = 'meta';
     meta.textContent = `prefill ${prefilled} tok at ${rate(prefilled, prefillMs)} tok/s · ` +
-      `decode ${decoded} tok at ${rate(decoded, decodeMs)} tok/s · ${stop}`;
+      `decode ${decoded} tok at ${rate(decoded, decodeMs)} tok/s · ${stop}` +
+      (speculative ? ` · speculative: ${speculative.accepted}/${speculative.drafted} accepted` +
+        ` (${speculative.drafted ? Math.round((100 * speculative.accepted) / speculative.drafted) : 0}%),` +
+        ` ${(speculative.tokens / Math.max(1, speculative.forwards)).toFixed(2)} tok/forward` : '');
     $('stats').textContent = meta.textContent;
     reply.after(meta);
     reply = null;
@@ -202,6 +208,9 @@ $('reset').addEventListener('click', () => {
   send(ToWorker.RESET);
   $('chat').replaceChildren();
   $('stats').textContent = '';
+});
+$('speculative').addEventListener('change', () => {
+  $('speculative').dataset.touched = '1';
 });
 $('system').addEventListener('change', () => {
   $('chat').replaceChildren();

@@ -25,7 +25,8 @@ export const FromWorker = {
   TURN_START: 'turn-start', // { promptTokens, reused, prefilled, droppedTurns, ms }: droppedTurns > 0
                             //   when the oldest turns no longer fitted the context
   TOKEN: 'token',           // { text }
-  TURN_END: 'turn-end',     // { text, stop, prefilled, prefillMs, decoded, decodeMs }
+  TURN_END: 'turn-end',     // { text, stop, prefilled, prefillMs, decoded, decodeMs,
+                            //   speculative: { attempts, drafted, accepted, forwards, tokens } | null }
   ERROR: 'error',           // { message, during: 'load' | 'turn' | 'draft' | 'settings' | 'wasm',
                             //   fatal: the wasm instance trapped, so the page restarts the worker }
 };

@@ -187,8 +187,11 @@ async function turn(text) {
     }
     const stop = stopRequested ? 'Stopped' : (chat.stop_reason() || 'Stopped');
     const decoded = chat.turn_tokens();
+    const stats = JSON.parse(chat.turn_stats());
+    const speculating = JSON.parse(settingsKey || '{}').options?.speculative?.enabled;
+    const speculative = speculating ? stats : null;
     const reply = chat.end_turn();
-    post(FromWorker.TURN_END, { text: reply, stop, prefilled: start.prefilled, prefillMs, decoded, decodeMs });
+    post(FromWorker.TURN_END, { text: reply, stop, prefilled: start.prefilled, prefillMs, decoded, decodeMs, speculative });
   } finally {
     generating = false;
   }

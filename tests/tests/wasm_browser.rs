@@ -5,12 +5,16 @@
 //!   greedy tokens (tests/wasm/logits.mjs under Node; relaxed with
 //!   --experimental-wasm-relaxed-simd --no-liftoff; threads in a worker of headless Chromium);
 //! - the chat page in headless Chromium streams a reply, a greedy reply equals the native
-//!   CLI's, and bad files show an error (tests/wasm/browser.mjs; screenshot in target/).
+//!   CLI's, and bad files show an error (tests/wasm/browser.mjs; screenshot in target/);
+//! - the simd128 build's chat replies are the same with speculative decoding on and off, and
+//!   equal to native core's, greedy and seeded (tests/wasm/speculative.mjs under Node).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use inferno_core::chat_session::ChatSession;
 use inferno_core::engine::{Engine, EngineOptions};
+use inferno_core::generate::GenerateOptions;
 use inferno_core::kernels::Kernels;
 use inferno_core::sampler::argmax;
 use inferno_tests::{model_bytes, model_path, oracle_dir};
@@ -173,4 +177,45 @@ fn browser_chat_streams_a_greedy_reply_equal_to_native() {
     std::fs::write(&expected_path, spec.to_string()).unwrap();
     run_node(&["tests/wasm/browser.mjs", expected_path.to_str().unwrap()]);
     std::fs::remove_file(&expected_path).ok();
+}
+
+#[test]
+fn wasm_chat_same_replies_speculation_on_and_off_equal_to_native() {
+    if !enabled("wasm_chat_same_replies_speculation_on_and_off_equal_to_native") {
+        return;
+    }
+    let engine = Engine::from_gguf_bytes(model_bytes(), EngineOptions::default()).unwrap();
+    let users = [
+        "List the numbers from one to twelve in words, separated by commas.",
+        "Write a Python function that returns the square of a number, then one for the cube.",
+    ];
+    let samplers = [
+        serde_json::json!({ "temperature": 0.0, "max_tokens": 40 }),
+        serde_json::json!({ "temperature": 0.8, "seed": 7, "max_tokens": 40 }),
+    ];
+    let mut cases = Vec::new();
+    for user in users {
+        for sampler in &samplers {
+            let mut options = GenerateOptions::from_json(&sampler.to_string()).unwrap();
+            options.speculative.enabled = false;
+            let mut chat = ChatSession::new(&engine);
+            chat.set_options(options).unwrap();
+            chat.begin_turn(user).unwrap();
+            while chat.next_token().unwrap().is_some() {}
+            let expected = chat.end_turn().unwrap();
+            cases.push(
+                serde_json::json!({ "user": user, "options": sampler, "expected": expected }),
+            );
+        }
+    }
+    let path = std::env::temp_dir().join(format!("inferno-wasm-spec-{}.json", std::process::id()));
+    std::fs::write(&path, serde_json::to_string(&cases).unwrap()).unwrap();
+    let model = model_path();
+    run_node(&[
+        "tests/wasm/speculative.mjs",
+        "www/pkg/simd128",
+        model.to_str().unwrap(),
+        path.to_str().unwrap(),
+    ]);
+    std::fs::remove_file(&path).ok();
 }

@@ -75,8 +75,18 @@ try {
   check(r.updates >= 2, `the reply streamed (${r.updates} updates before done)`);
   check(r.text === spec.expected, `greedy reply equals the native CLI's\n  page:   ${JSON.stringify(r.text)}\n  native: ${JSON.stringify(spec.expected)}`);
   check(/decode \d+ tok at [\d.]+ tok\/s/.test(r.stats), 'tokens/s shown');
+  check(await page.isChecked('#speculative') && await page.isEnabled('#speculative'), 'the Speculative toggle is there, on by default');
+  check(/speculative: \d+\/\d+ accepted \(\d+%\), [\d.]+ tok\/forward/.test(r.stats), `the stats line shows acceptance and tokens per forward (${r.stats})`);
   await page.screenshot({ path: spec.screenshot, fullPage: true });
   console.log(`screenshot: ${spec.screenshot}`);
+
+  // 1b. The same message again (the cache is reused) with the toggle off: the same reply.
+  await page.uncheck('#speculative');
+  await page.click('#reset');
+  const off = await chat(spec.message, spec.max_tokens);
+  check(off.text === spec.expected, `speculation off: the same greedy reply (${JSON.stringify(off.text)})`);
+  check(!/speculative:/.test(off.stats), `speculation off: no speculative figures (${off.stats})`);
+  await page.check('#speculative');
 
   // 2. Bad files through the picker: a visible error, and the loaded model keeps working.
   await page.setInputFiles('#file', { name: 'notes.gguf', mimeType: 'application/octet-stream', buffer: Buffer.from('these are not the bytes of a GGUF file\n') });

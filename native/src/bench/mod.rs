@@ -12,6 +12,8 @@ use inferno_core::parallel::Parallel;
 use inferno_core::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
 
+mod speculative;
+
 use crate::synthetic::SplitMix64;
 use crate::{load, pool};
 
@@ -35,6 +37,13 @@ pub struct BenchArgs {
     /// One JSON object per line on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Plain against speculative decoding on three workloads, and the cost of batched
+    /// forwards, instead of the prefill/decode table (--decode-tokens caps each reply).
+    #[arg(long)]
+    pub speculative: bool,
+    /// Most tokens drafted per step, for --speculative.
+    #[arg(long, default_value_t = inferno_core::speculative::SpeculativeOptions::default().draft_max)]
+    pub draft_max: usize,
 }
 
 /// One line of `inferno bench --json`.
@@ -94,6 +103,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     // Other processes on the cores skew every figure; say how busy the machine was.
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         eprintln!("load average at start: {}", load.trim());
+    }
+    if args.speculative {
+        return speculative::bench(&engine, &model, &threads, args);
     }
     let prompts = Prompts::new(&engine, args)?;
 
