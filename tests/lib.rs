@@ -77,65 +77,7 @@ pub fn read_npy_f32(path: impl AsRef<Path>) -> (Vec<usize>, Vec<f32>) {
     let path = path.as_ref();
     let bytes =
         std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    parse_npy_f32(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The parsing half of [`read_npy_f32`].
-pub fn parse_npy_f32(bytes: &[u8]) -> Result<(Vec<usize>, Vec<f32>), String> {
-    if bytes.get(..6) != Some(b"\x93NUMPY".as_slice()) {
-        return Err("not a .npy file".into());
-    }
-    let major = *bytes.get(6).ok_or("truncated")?;
-    let (header_len, header_start) = match major {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 => (
-            u32::from_le_bytes(bytes.get(8..12).ok_or("truncated")?.try_into().unwrap()) as usize,
-            12,
-        ),
-        v => return Err(format!("unsupported .npy version {v}")),
-    };
-    let header = std::str::from_utf8(
-        bytes
-            .get(header_start..header_start + header_len)
-            .ok_or("truncated header")?,
-    )
-    .map_err(|_| "header is not UTF-8")?;
-    if !header.contains("'descr': '<f4'") {
-        return Err(format!("not little-endian float32: {header}"));
-    }
-    if header.contains("'fortran_order': True") {
-        return Err("Fortran order is not supported".into());
-    }
-    let shape_text = header
-        .split("'shape':")
-        .nth(1)
-        .and_then(|s| {
-            s.split_once('(')
-                .and_then(|(_, s)| s.split_once(')'))
-                .map(|(s, _)| s)
-        })
-        .ok_or("no shape")?;
-    let shape: Vec<usize> = shape_text
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().map_err(|_| format!("bad shape {shape_text}")))
-        .collect::<Result<_, _>>()?;
-    let data = &bytes[header_start + header_len..];
-    let n: usize = shape.iter().product();
-    if data.len() != n * 4 {
-        return Err(format!(
-            "shape {shape:?} needs {} bytes, file has {}",
-            n * 4,
-            data.len()
-        ));
-    }
-    Ok((
-        shape,
-        data.chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
-    ))
+    inferno_native::npy::parse_f32(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// All `tokenizer.*` metadata of the real SmolLM2 GGUF (chat template included).

@@ -117,3 +117,112 @@ pub fn perplexity(nll: &[f64], window: usize) -> Perplexity {
         llamacpp_style_scored,
     }
 }
+
+/// How a model's next-token distributions differ from a reference model's over a text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Comparison {
+    /// Positions compared (every token of the text predicts its successor).
+    pub positions: usize,
+    /// Positions where both models' most likely token is the same.
+    pub top1_agree: usize,
+    /// Mean and largest KL(reference || model), in nats.
+    pub mean_kl: f64,
+    pub max_kl: f64,
+}
+
+impl Comparison {
+    pub fn top1_agreement(&self) -> f64 {
+        self.top1_agree as f64 / self.positions.max(1) as f64
+    }
+}
+
+/// Positions run per forward while comparing: bounds the logits held (two models, 64 x vocab).
+const COMPARE_CHUNK: usize = 64;
+
+/// Compares `model` against `reference` over `tokens` cut into non-overlapping windows of
+/// `window` tokens (each from a fresh cache, as [`window_nll`]): top-1 agreement and the KL
+/// divergence of the reference's distribution from the model's at every position. Both must
+/// share the vocabulary. `on_window(done, total)` is called after each window.
+pub fn compare(
+    model: &Engine,
+    reference: &Engine,
+    tokens: &[u32],
+    window: usize,
+    on_window: &mut dyn FnMut(usize, usize),
+) -> Result<Comparison> {
+    check_window(window)?;
+    let vocab = model.config().vocab_size;
+    if reference.config().vocab_size != vocab {
+        return Err(Error::InvalidArgument(format!(
+            "the models' vocabularies differ ({vocab} and {} tokens): nothing to compare",
+            reference.config().vocab_size
+        )));
+    }
+    if tokens.is_empty() {
+        return Err(Error::NothingToScore { tokens: 0 });
+    }
+    let (mut agree, mut kl_sum, mut kl_max, mut n) = (0, 0.0f64, 0.0f64, 0);
+    let total = tokens.len().div_ceil(window);
+    for (w, chunk) in tokens.chunks(window).enumerate() {
+        let mut a = model.new_session();
+        let mut b = reference.new_session();
+        for part in chunk.chunks(COMPARE_CHUNK) {
+            let la = a.append_all_logits(part)?; // (part.len(), vocab)
+            let lb = b.append_all_logits(part)?;
+            for (ra, rb) in la.chunks_exact(vocab).zip(lb.chunks_exact(vocab)) {
+                if crate::sampler::argmax(ra) == crate::sampler::argmax(rb) {
+                    agree += 1;
+                }
+                let kl = kl_divergence(rb, ra);
+                kl_sum += kl;
+                kl_max = kl_max.max(kl);
+                n += 1;
+            }
+        }
+        on_window(w + 1, total);
+    }
+    Ok(Comparison {
+        positions: n,
+        top1_agree: agree,
+        mean_kl: kl_sum / n as f64,
+        max_kl: kl_max,
+    })
+}
+
+/// KL(p || q) = Σ p (log p - log q) of the softmaxes of two logit rows, in f64 (a report, not
+/// part of the forward contract). Never negative.
+pub fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let (lp, lq) = (log_sum_exp(p_logits), log_sum_exp(q_logits));
+    let kl: f64 = p_logits
+        .iter()
+        .zip(q_logits)
+        .map(|(&p, &q)| {
+            let log_p = p as f64 - lp;
+            log_p.exp() * (log_p - (q as f64 - lq))
+        })
+        .sum();
+    kl.max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kl_divergence_of_a_row_with_itself_is_0_and_of_two_known_rows_matches_the_formula() {
+        let p = [1.0f32, 2.0, 3.0];
+        assert_eq!(kl_divergence(&p, &p), 0.0);
+        // Shifting logits does not change the distribution.
+        assert_eq!(kl_divergence(&p, &[11.0, 12.0, 13.0]), 0.0);
+        let q = [3.0f32, 2.0, 1.0];
+        let sp: Vec<f64> = softmax(&p);
+        let sq: Vec<f64> = softmax(&q);
+        let want: f64 = sp.iter().zip(&sq).map(|(a, b)| a * (a / b).ln()).sum();
+        assert!((kl_divergence(&p, &q) - want).abs() < 1e-12);
+    }
+
+    fn softmax(x: &[f32]) -> Vec<f64> {
+        let s: f64 = x.iter().map(|&v| (v as f64).exp()).sum();
+        x.iter().map(|&v| (v as f64).exp() / s).collect()
+    }
+}

@@ -270,7 +270,7 @@ impl Generator {
         if let Some(index) = &self.index {
             let room =
                 (self.max_tokens - self.tokens.len()).min(session.remaining().saturating_sub(1));
-            let max = self.speculative.draft_max.min(room);
+            let max = self.gate.draft_len(self.speculative.draft_max).min(room);
             if max > 0 && self.gate.open() {
                 batch.extend_from_slice(index.draft(max));
             }
@@ -316,7 +316,7 @@ impl Generator {
             self.stats.attempts += 1;
             self.stats.drafted += drafted;
             self.stats.accepted += kept;
-            self.gate.record(drafted, kept);
+            self.gate.record(drafted, kept, self.speculative.draft_max);
         }
         session.truncate(base + in_cache);
         self.finish_step(text, session)

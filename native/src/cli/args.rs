@@ -59,12 +59,58 @@ pub enum Command {
         model: ModelArgs,
         /// The text file to score.
         file: PathBuf,
-        /// Window length in tokens.
-        #[arg(long, default_value_t = 512)]
+        /// Window (context) length in tokens.
+        #[arg(long, visible_alias = "ctx", default_value_t = 512)]
         window: usize,
         /// Score only the first N windows (0: all).
         #[arg(long, default_value_t = 0)]
         windows: usize,
+        /// One JSON object per method on stdout: {"method", "ctx", "ppl", "tokens_scored"}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare a model's next-token distributions with a reference model's over a text file:
+    /// top-1 agreement and KL(reference || model), e.g. a quantized file against the f32
+    /// Hugging Face directory, or against itself with --reference-dtype f32.
+    Compare {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The reference model (GGUF file or Hugging Face directory).
+        #[arg(long)]
+        reference: PathBuf,
+        /// Weights of the reference as stored, or dequantized to f32.
+        #[arg(long, value_enum, default_value_t = Dtype::Stored)]
+        reference_dtype: Dtype,
+        /// The text file.
+        file: PathBuf,
+        /// Window (context) length in tokens.
+        #[arg(long, visible_alias = "ctx", default_value_t = 512)]
+        window: usize,
+        /// Compare only the first N windows (0: all).
+        #[arg(long, default_value_t = 0)]
+        windows: usize,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a model against reference data in the oracle's format (DIR/logits/*.json: top-10
+    /// logits per position, the last row, a greedy continuation): worst logit error, top-1
+    /// agreement, first greedy divergence. Exits with an error if a given bound is missed.
+    Verify {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The reference data directory (e.g. tests/data/oracle).
+        #[arg(long)]
+        oracle: PathBuf,
+        /// Fail if any top-10 logit is further than this from the reference.
+        #[arg(long)]
+        max_logit_error: Option<f32>,
+        /// Fail if the top-1 agreement over all positions is below this share (0..1).
+        #[arg(long)]
+        min_top1: Option<f64>,
+        /// One JSON object per prompt and a summary on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Print what a model file holds: architecture, shape, tensor types, tokenizer.
     Info {
@@ -126,6 +172,15 @@ pub struct ModelArgs {
 pub enum Dtype {
     Stored,
     F32,
+}
+
+impl Dtype {
+    pub fn weight_dtype(self) -> WeightDtype {
+        match self {
+            Dtype::Stored => WeightDtype::AsStored,
+            Dtype::F32 => WeightDtype::F32,
+        }
+    }
 }
 
 #[derive(Args, Clone)]
@@ -241,19 +296,20 @@ impl ModelArgs {
     }
 
     pub fn engine(&self) -> Result<Engine> {
+        load::load_engine(&self.path(), self.options()?)
+    }
+
+    /// The engine options these flags ask for, with a started pool (share it with
+    /// `EngineOptions::clone` to load a second model on the same threads).
+    pub fn options(&self) -> Result<EngineOptions> {
         let threads = self.threads.unwrap_or_else(pool::default_threads);
         if threads == 0 || threads > 1024 {
             bail!("--threads must be between 1 and 1024");
         }
-        let options = EngineOptions {
-            dtype: if self.dtype == Dtype::F32 {
-                WeightDtype::F32
-            } else {
-                WeightDtype::AsStored
-            },
+        Ok(EngineOptions {
+            dtype: self.dtype.weight_dtype(),
             kernels: None,
             parallel: Some(Arc::new(pool::start(threads)?)),
-        };
-        load::load_engine(&self.path(), options)
+        })
     }
 }

@@ -728,10 +728,12 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
         let mut g = first_row / ROWS;
         while g < g_end {
             // 16 rows (two groups) per pass when the backend has 512-bit registers and there is
-            // a batch to share the joined tiles: for one token (decode) the joining costs more
-            // than it saves (SmolLM2 decode on avx512: 108 -> 184 tok/s at 1 thread after 50
-            // tokens, 132 -> 168 at 2 threads after 500, with single groups).
-            let groups = if D::PAIRS && n_tokens > 1 && g + 1 < g_end {
+            // a batch to share the joined tiles: for a few tokens (decode, a speculative
+            // verify) the joining costs more than it saves (SmolLM2 decode on avx512: 108 ->
+            // 184 tok/s at 1 thread after 50 tokens, 132 -> 168 at 2 threads after 500, with
+            // single groups; a forward of 4 tokens at 1 thread on Zen 4: 1.8x the cost of one
+            // token with pairs, 1.16x with single groups; of 8: 2.0x with pairs, 2.3x without).
+            let groups = if D::PAIRS && n_tokens > 4 && g + 1 < g_end {
                 2
             } else {
                 1
