@@ -281,3 +281,33 @@ fn run_speculative_on_and_off_print_the_same_text_and_stats_show_acceptance() {
         "ngram-min",
     );
 }
+
+#[test]
+fn bench_speculative_json_rows_for_three_workloads_and_four_batch_sizes() {
+    let o = inferno(&[
+        "bench",
+        "--speculative",
+        "--json",
+        "--threads",
+        "1",
+        "--trials",
+        "1",
+        "--decode-tokens",
+        "8",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let workloads: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["workload"].as_str())
+        .collect();
+    assert_eq!(workloads, ["code", "table", "prose"]);
+    for l in lines.iter().filter(|l| l.get("workload").is_some()) {
+        assert_eq!(l["threads"].as_u64(), Some(1));
+        assert!(
+            l["tokens"].as_u64().unwrap() <= 8 && l["speedup"].as_f64().unwrap() > 0.0,
+            "{l}"
+        );
+    }
+    let ks: Vec<u64> = lines.iter().filter_map(|l| l["k"].as_u64()).collect();
+    assert_eq!(ks, [1, 2, 4, 8]);
+}
