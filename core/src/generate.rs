@@ -1,7 +1,8 @@
 //! The one generation loop. [`prefill`] brings a [`Session`] to a prompt (keeping the cache's
 //! common prefix); then each [`Generator::step`] is logits -> sampler -> token -> stop check ->
 //! streamed text piece. The CLI (`run`, `chat`), [`crate::chat_session::ChatSession`] (and
-//! through it the browser) drive it, and so will the speculative decoder and the HTTP server.
+//! through it the browser) drive it, and so will the HTTP server. With speculation on, a step
+//! verifies a draft from [`crate::speculative`] in the same forward and may yield several tokens.
 //! The generator owns no cache: it borrows the session at every step, so a caller without
 //! threads (the browser worker) can stop or yield between tokens.
 
