@@ -8,7 +8,7 @@ PROMPT ?= Explain in two sentences why the sky is blue.
 CARGO  ?= cargo
 MODEL  := $(shell echo $${INFERNO_CACHE:-$$HOME/.cache/inferno})/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup model build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
+.PHONY: run test setup setup-python model build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
 
 run: model build
 	./target/release/inferno run --model "$(MODEL)" "$(PROMPT)"
@@ -28,12 +28,16 @@ build:
 test: WASM_PROFILE = wasm-test
 test: export WASM_OPT = 0
 # setup-wasm first: the Rust tests run the wasm kernel self test under Node.
-test: setup-wasm model build wasm-selftest test-rust test-wasm
+test: setup-wasm setup-python model build wasm-selftest test-rust test-wasm
 
 # Unit and integration tests of every crate, optimized (the model tests run a real forward).
 # The CLI tests run the binary built above.
+# The venv of the independent Python references (gguf, numpy), cached; test-rust reads its path.
+setup-python:
+	@./scripts/setup-python.sh >/dev/null
+
 test-rust:
-	INFERNO_WASM_PROFILE=$(WASM_PROFILE) INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release --workspace --exclude inferno-wasm
+	INFERNO_PYTHON=$$(./scripts/setup-python.sh) INFERNO_WASM_PROFILE=$(WASM_PROFILE) INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release --workspace --exclude inferno-wasm
 
 # core must build for the browser: no threads, no file system, no x86 assumptions.
 test-wasm-build: setup

@@ -1,5 +1,6 @@
 //! `inferno info`, `inferno convert` (any model -> HF directory) and `inferno quantize`
-//! (any model -> GGUF with Q4_0/Q8_0/F16 linear layers, llama.cpp's reference quantizers).
+//! (any model -> GGUF with Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/F16 linear layers, llama.cpp's reference
+//! quantizers).
 
 use std::path::Path;
 
@@ -24,6 +25,12 @@ pub enum HfDtype {
 pub enum QuantType {
     #[value(name = "q4_0")]
     Q4_0,
+    #[value(name = "q4_1")]
+    Q4_1,
+    #[value(name = "q5_0")]
+    Q5_0,
+    #[value(name = "q5_1")]
+    Q5_1,
     #[value(name = "q8_0")]
     Q8_0,
     #[value(name = "f16")]
@@ -34,6 +41,9 @@ impl QuantType {
     fn ggml(self) -> GgmlType {
         match self {
             QuantType::Q4_0 => GgmlType::Q4_0,
+            QuantType::Q4_1 => GgmlType::Q4_1,
+            QuantType::Q5_0 => GgmlType::Q5_0,
+            QuantType::Q5_1 => GgmlType::Q5_1,
             QuantType::Q8_0 => GgmlType::Q8_0,
             QuantType::F16 => GgmlType::F16,
         }
@@ -43,6 +53,9 @@ impl QuantType {
     fn file_type(self) -> u32 {
         match self {
             QuantType::Q4_0 => 2,
+            QuantType::Q4_1 => 3,
+            QuantType::Q5_0 => 8,
+            QuantType::Q5_1 => 9,
             QuantType::Q8_0 => 7,
             QuantType::F16 => 1,
         }
@@ -300,7 +313,7 @@ pub fn write_gguf_atomically(w: &GgufWriter, output: &Path) -> Result<()> {
 }
 
 /// The type a tensor is written in: norms and biases stay f32; the embedding (which is also the
-/// output projection when tied) and the output projection stay at 8 bits under a 4-bit target,
+/// output projection when tied) and the output projection stay at 8 bits under a 4- or 5-bit target,
 /// as llama-quantize keeps them above the linear layers' precision.
 fn output_type(name: &str, shape: &[usize], target: QuantType) -> GgmlType {
     if shape.len() != 2 || shape[1] % QK != 0 {
@@ -308,7 +321,9 @@ fn output_type(name: &str, shape: &[usize], target: QuantType) -> GgmlType {
     }
     let embedding = name == "token_embd.weight" || name == "output.weight";
     match target {
-        QuantType::Q4_0 if embedding => GgmlType::Q8_0,
+        QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0 | QuantType::Q5_1 if embedding => {
+            GgmlType::Q8_0
+        }
         _ => target.ggml(),
     }
 }

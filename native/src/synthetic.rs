@@ -65,6 +65,10 @@ pub enum MatrixType {
     Q4_0,
     #[value(name = "q4_1")]
     Q4_1,
+    #[value(name = "q5_0")]
+    Q5_0,
+    #[value(name = "q5_1")]
+    Q5_1,
     #[value(name = "q8_0")]
     Q8_0,
     #[value(name = "f16")]
@@ -80,6 +84,8 @@ impl MatrixType {
         match self {
             MatrixType::Q4_0 => GgmlType::Q4_0,
             MatrixType::Q4_1 => GgmlType::Q4_1,
+            MatrixType::Q5_0 => GgmlType::Q5_0,
+            MatrixType::Q5_1 => GgmlType::Q5_1,
             MatrixType::Q8_0 => GgmlType::Q8_0,
             MatrixType::F16 => GgmlType::F16,
             MatrixType::Bf16 => GgmlType::BF16,

@@ -68,10 +68,12 @@ fn check_synthetic(shape: SyntheticShape, ty: GgmlType, dtype: WeightDtype, seed
 }
 
 #[test]
-fn synthetic_tiny_q4_1_q4_0_q8_0_f16_bf16_f32_logits_all_backends() {
+fn synthetic_tiny_q4_1_q4_0_q5_0_q5_1_q8_0_f16_bf16_f32_logits_all_backends() {
     for ty in [
         GgmlType::Q4_1,
         GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::F16,
         GgmlType::BF16,
@@ -82,8 +84,8 @@ fn synthetic_tiny_q4_1_q4_0_q8_0_f16_bf16_f32_logits_all_backends() {
 }
 
 #[test]
-fn synthetic_head_dim_128_q4_1_q8_0_logits_all_backends() {
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+fn synthetic_head_dim_128_q4_1_q5_1_q8_0_logits_all_backends() {
+    for ty in [GgmlType::Q4_1, GgmlType::Q5_1, GgmlType::Q8_0] {
         check_synthetic(
             SyntheticShape::head_dim_128(),
             ty,

@@ -67,6 +67,12 @@ fn synthetic_q4_1_same_logits_for_1_2_3_8_threads() {
 }
 
 #[test]
+fn synthetic_q5_0_same_logits_for_1_2_3_8_threads() {
+    let bytes = synthetic_gguf(&SyntheticShape::tiny(), 2, GgmlType::Q5_0);
+    assert_same_for_every_thread_count(&bytes, "synthetic tiny Q5_0");
+}
+
+#[test]
 fn real_model_same_logits_for_1_2_3_8_threads() {
     assert_same_for_every_thread_count(inferno_tests::model_bytes(), "SmolLM2-135M Q4_1");
 }

@@ -8,7 +8,8 @@
 //! (built with the `conformance` feature only).
 
 use super::testdata::{
-    bits_eq, q4_0_blocks, q4_1_blocks, q8_0_blocks, random_activations, random_matrix, Rng,
+    bits_eq, q4_0_blocks, q4_1_blocks, q5_0_blocks, q5_1_blocks, q8_0_blocks, random_activations,
+    random_matrix, Rng,
 };
 use super::{reference, Input, Kernels, KvHead, KvSlice};
 use crate::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
@@ -211,7 +212,15 @@ fn dot_q(all: &mut Vec<Case>) {
             let (got, want) = ((k.dot_q4_1_q8)(&w1, &q8), reference::dot_q4_1_q8(&w1, &q8));
             bits_eq("dot_q4_1_q8", k.name, &[got], &[want])?;
             let (got, want) = ((k.dot_q8_0_q8)(&w8, &q8), reference::dot_q8_0_q8(&w8, &q8));
-            bits_eq("dot_q8_0_q8", k.name, &[got], &[want])
+            bits_eq("dot_q8_0_q8", k.name, &[got], &[want])?;
+            let (w5, w51) = (q5_0_blocks(rng, nb), q5_1_blocks(rng, nb));
+            let (got, want) = ((k.dot_q5_0_q8)(&w5, &q8), reference::dot_q5_0_q8(&w5, &q8));
+            bits_eq("dot_q5_0_q8", k.name, &[got], &[want])?;
+            let (got, want) = (
+                (k.dot_q5_1_q8)(&w51, &q8),
+                reference::dot_q5_1_q8(&w51, &q8),
+            );
+            bits_eq("dot_q5_1_q8", k.name, &[got], &[want])
         }));
     }
 }
@@ -249,7 +258,7 @@ fn matmul_case(ty: GgmlType, rows: usize, cols: usize, tokens: usize, first_row:
 
 fn matmul(all: &mut Vec<Case>) {
     use GgmlType::*;
-    for ty in [Q4_0, Q4_1, Q8_0] {
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
         for (rows, cols, tokens) in [
             (70, 576, 9),
             (64, 576, 1),

@@ -11,7 +11,7 @@
 //! 3. Activations of quantized matmuls: per 32-block, `d = amax / 127`,
 //!    `q = round_ties_even(x * (127 / amax))` in [-127, 127], `sum = Σ q` ([`reference::quantize_q8`]).
 //! 4. Quantized row dot: exact i32 sum per block, then in block order `acc + isum * (dw * dx)`
-//!    (Q4_1 adds `+ sum_x * (mw * dx)` inside the bracket).
+//!    (Q4_1 and Q5_1 add `+ sum_x * (mw * dx)` inside the bracket).
 //! 5. One `exp` ([`math::exp`]); SiLU `g / (1 + exp(-g)) * u`; RMSNorm
 //!    `(x * (1 / sqrt(dot(x,x)/n + eps))) * w`; RoPE tables from libm, pairs (i, i + head_dim/2).
 //! 6. Attention: online softmax over 64-position blocks in order, f16 K/V read back exactly.
@@ -36,8 +36,12 @@ pub mod x86;
 #[allow(unsafe_code)] // disjoint output slices handed to threads
 pub mod tiles;
 
-use crate::quant::repack::{tile_rows, untile_row, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS};
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, GgmlType, QK};
+use crate::quant::repack::{
+    tile_rows, untile_row, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0, TILE_ROWS,
+};
+use crate::quant::{
+    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8Act, BlockQ8_0, GgmlType, QK,
+};
 use crate::{Error, Result};
 
 /// A weight matrix of `rows` x `cols`, as the kernels read it.
@@ -65,6 +69,8 @@ pub enum MatrixData {
     /// Row-interleaved tiles, see [`Matrix`].
     Q4_0(Vec<TileQ4_0>),
     Q4_1(Vec<TileQ4_1>),
+    Q5_0(Vec<TileQ5_0>),
+    Q5_1(Vec<TileQ5_1>),
     Q8_0(Vec<TileQ8_0>),
 }
 
@@ -76,6 +82,8 @@ impl Matrix {
             MatrixData::BF16(_) => GgmlType::BF16,
             MatrixData::Q4_0(_) => GgmlType::Q4_0,
             MatrixData::Q4_1(_) => GgmlType::Q4_1,
+            MatrixData::Q5_0(_) => GgmlType::Q5_0,
+            MatrixData::Q5_1(_) => GgmlType::Q5_1,
             MatrixData::Q8_0(_) => GgmlType::Q8_0,
         }
     }
@@ -84,7 +92,11 @@ impl Matrix {
     pub fn wants_q8(&self) -> bool {
         matches!(
             self.data,
-            MatrixData::Q4_0(_) | MatrixData::Q4_1(_) | MatrixData::Q8_0(_)
+            MatrixData::Q4_0(_)
+                | MatrixData::Q4_1(_)
+                | MatrixData::Q5_0(_)
+                | MatrixData::Q5_1(_)
+                | MatrixData::Q8_0(_)
         )
     }
 
@@ -124,6 +136,30 @@ impl Matrix {
             rows,
             cols,
             data: MatrixData::Q4_1(tiles),
+        }
+    }
+
+    /// A Q5_0 matrix from row-major blocks, repacked into tiles.
+    pub fn from_q5_0(rows: usize, cols: usize, blocks: &[BlockQ5_0]) -> Matrix {
+        let nb = cols / QK;
+        assert_eq!(blocks.len(), rows * nb, "from_q5_0: block count");
+        let tiles = tile_rows::<TileQ5_0>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        Matrix {
+            rows,
+            cols,
+            data: MatrixData::Q5_0(tiles),
+        }
+    }
+
+    /// A Q5_1 matrix from row-major blocks, repacked into tiles.
+    pub fn from_q5_1(rows: usize, cols: usize, blocks: &[BlockQ5_1]) -> Matrix {
+        let nb = cols / QK;
+        assert_eq!(blocks.len(), rows * nb, "from_q5_1: block count");
+        let tiles = tile_rows::<TileQ5_1>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        Matrix {
+            rows,
+            cols,
+            data: MatrixData::Q5_1(tiles),
         }
     }
 
@@ -183,6 +219,8 @@ impl Matrix {
             ),
             GgmlType::Q4_0 => return Ok(Matrix::from_q4_0(rows, cols, &q4_0_from_bytes(bytes))),
             GgmlType::Q4_1 => return Ok(Matrix::from_q4_1(rows, cols, &q4_1_from_bytes(bytes))),
+            GgmlType::Q5_0 => return Ok(Matrix::from_q5_0(rows, cols, &q5_0_from_bytes(bytes))),
+            GgmlType::Q5_1 => return Ok(Matrix::from_q5_1(rows, cols, &q5_1_from_bytes(bytes))),
             GgmlType::Q8_0 => return Ok(Matrix::from_q8_0(rows, cols, &q8_0_from_bytes(bytes))),
         };
         Ok(Matrix { rows, cols, data })
@@ -209,6 +247,8 @@ impl Matrix {
                 .for_each(|(o, &h)| *o = bf16_to_f32(h)),
             MatrixData::Q4_0(t) => dequantize_q4_0(&untile_row(t, nb, r), out),
             MatrixData::Q4_1(t) => dequantize_q4_1(&untile_row(t, nb, r), out),
+            MatrixData::Q5_0(t) => dequantize_q5_0(&untile_row(t, nb, r), out),
+            MatrixData::Q5_1(t) => dequantize_q5_1(&untile_row(t, nb, r), out),
             MatrixData::Q8_0(t) => dequantize_q8_0(&untile_row(t, nb, r), out),
         }
     }
@@ -280,6 +320,8 @@ impl Matrix {
             MatrixData::BF16(_) => each!(BF16, flat16),
             MatrixData::Q4_0(_) => each!(Q4_0, |ds: &[&[TileQ4_0]]| tiled(ds, nb, source)),
             MatrixData::Q4_1(_) => each!(Q4_1, |ds: &[&[TileQ4_1]]| tiled(ds, nb, source)),
+            MatrixData::Q5_0(_) => each!(Q5_0, |ds: &[&[TileQ5_0]]| tiled(ds, nb, source)),
+            MatrixData::Q5_1(_) => each!(Q5_1, |ds: &[&[TileQ5_1]]| tiled(ds, nb, source)),
             MatrixData::Q8_0(_) => each!(Q8_0, |ds: &[&[TileQ8_0]]| tiled(ds, nb, source)),
         };
         Some(Matrix {
@@ -315,6 +357,8 @@ impl Matrix {
             MatrixData::F16(d) | MatrixData::BF16(d) => d.len() * 2,
             MatrixData::Q4_0(d) => std::mem::size_of_val(&d[..]),
             MatrixData::Q4_1(d) => std::mem::size_of_val(&d[..]),
+            MatrixData::Q5_0(d) => std::mem::size_of_val(&d[..]),
+            MatrixData::Q5_1(d) => std::mem::size_of_val(&d[..]),
             MatrixData::Q8_0(d) => std::mem::size_of_val(&d[..]),
         }
     }
@@ -371,6 +415,8 @@ pub struct Kernels {
     pub quantize_q8: fn(&[f32], &mut [BlockQ8Act]),
     pub dot_q4_0_q8: fn(&[BlockQ4_0], &[BlockQ8Act]) -> f32,
     pub dot_q4_1_q8: fn(&[BlockQ4_1], &[BlockQ8Act]) -> f32,
+    pub dot_q5_0_q8: fn(&[BlockQ5_0], &[BlockQ8Act]) -> f32,
+    pub dot_q5_1_q8: fn(&[BlockQ5_1], &[BlockQ8Act]) -> f32,
     pub dot_q8_0_q8: fn(&[BlockQ8_0], &[BlockQ8Act]) -> f32,
     /// `out[t][i] = dot(w[first_row + i], x[t])` for every token t.
     pub matmul: fn(&Matrix, usize, &Input, &mut [&mut [f32]]),

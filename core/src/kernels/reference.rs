@@ -5,7 +5,10 @@
 use super::math::exp;
 use super::{Input, Kernels, KvHead, KvSlice, Matrix, MatrixData};
 use crate::quant::repack::{Tile, TILE_ROWS};
-use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
+use crate::quant::{
+    bf16_to_f32, f16_to_f32, q5_quants, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8Act,
+    BlockQ8_0, QK,
+};
 
 pub static KERNELS: Kernels = Kernels {
     name: "reference",
@@ -13,6 +16,8 @@ pub static KERNELS: Kernels = Kernels {
     quantize_q8,
     dot_q4_0_q8,
     dot_q4_1_q8,
+    dot_q5_0_q8,
+    dot_q5_1_q8,
     dot_q8_0_q8,
     matmul,
     rmsnorm,
@@ -114,6 +119,27 @@ fn step_q4_1(acc: f32, wb: &BlockQ4_1, xb: &BlockQ8Act) -> f32 {
     acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum as f32 * (f16_to_f32(wb.m) * dx))
 }
 
+/// The 32 values of a 5-bit block, minus `offset` (16 for Q5_0, 0 for Q5_1: 0..=31 fits i8).
+#[inline(always)]
+fn unpack_q5(qh: [u8; 4], qs: &[u8; QK / 2], offset: i8) -> [i8; QK] {
+    q5_quants(qh, qs).map(|q| q as i8 - offset)
+}
+
+/// Rule 4, one Q5_0 block: `acc + isum * (dw * dx)`, isum over the quants minus 16.
+#[inline(always)]
+fn step_q5_0(acc: f32, wb: &BlockQ5_0, xb: &BlockQ8Act) -> f32 {
+    let isum = dot_i8_block(&unpack_q5(wb.qh, &wb.qs, 16), &xb.qs);
+    acc + isum as f32 * (f16_to_f32(wb.d) * xb.d)
+}
+
+/// Rule 4, one Q5_1 block: `acc + (isum * (dw * dx) + sum_x * (mw * dx))`.
+#[inline(always)]
+fn step_q5_1(acc: f32, wb: &BlockQ5_1, xb: &BlockQ8Act) -> f32 {
+    let isum = dot_i8_block(&unpack_q5(wb.qh, &wb.qs, 0), &xb.qs);
+    let dx = xb.d;
+    acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum as f32 * (f16_to_f32(wb.m) * dx))
+}
+
 /// Rule 4, one Q8_0 block.
 #[inline(always)]
 fn step_q8_0(acc: f32, wb: &BlockQ8_0, xb: &BlockQ8Act) -> f32 {
@@ -140,6 +166,22 @@ pub fn dot_q4_1_q8(w: &[BlockQ4_1], x: &[BlockQ8Act]) -> f32 {
     w.iter()
         .zip(x)
         .fold(0.0, |acc, (wb, xb)| step_q4_1(acc, wb, xb))
+}
+
+/// Rule 4 for Q5_0 weights (as Q4_0, 5-bit quants with offset 16).
+pub fn dot_q5_0_q8(w: &[BlockQ5_0], x: &[BlockQ8Act]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q5_0_q8: block counts differ");
+    w.iter()
+        .zip(x)
+        .fold(0.0, |acc, (wb, xb)| step_q5_0(acc, wb, xb))
+}
+
+/// Rule 4 for Q5_1 weights (as Q4_1, 5-bit quants).
+pub fn dot_q5_1_q8(w: &[BlockQ5_1], x: &[BlockQ8Act]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q5_1_q8: block counts differ");
+    w.iter()
+        .zip(x)
+        .fold(0.0, |acc, (wb, xb)| step_q5_1(acc, wb, xb))
 }
 
 /// Rule 4 for Q8_0 weights.
@@ -196,6 +238,12 @@ pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
                 }
                 (MatrixData::Q4_1(d), Input::Q8(x)) => {
                     dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q4_1)
+                }
+                (MatrixData::Q5_0(d), Input::Q8(x)) => {
+                    dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q5_0)
+                }
+                (MatrixData::Q5_1(d), Input::Q8(x)) => {
+                    dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q5_1)
                 }
                 (MatrixData::Q8_0(d), Input::Q8(x)) => {
                     dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q8_0)

@@ -5,7 +5,9 @@
 
 use crate::kernels::math::{EXP_OVERFLOW, EXP_UNDERFLOW};
 use crate::kernels::{Matrix, MatrixData};
-use crate::quant::{f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, QK};
+use crate::quant::{
+    f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlType, QK,
+};
 
 /// splitmix64: portable, seeded.
 pub struct Rng(pub u64);
@@ -112,6 +114,41 @@ pub fn q4_1_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ4_1> {
         .collect()
 }
 
+/// 5-bit high bits: all set, none, alternating, or random.
+fn q5_high(rng: &mut Rng) -> [u8; 4] {
+    match rng.below(8) {
+        0 => [0xff; 4],
+        1 => [0; 4],
+        2 => [0x55, 0xaa, 0x55, 0xaa],
+        _ => (rng.next_u64() as u32).to_le_bytes(),
+    }
+}
+
+/// Q5_0 blocks: [`q4_0_blocks`]' nibbles with [`q5_high`] bits (quants 0, 16 and 31 occur).
+pub fn q5_0_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ5_0> {
+    q4_0_blocks(rng, nb)
+        .into_iter()
+        .map(|b| BlockQ5_0 {
+            d: b.d,
+            qh: q5_high(rng),
+            qs: b.qs,
+        })
+        .collect()
+}
+
+/// Q5_1 blocks: [`q4_1_blocks`]' scales, minimums and nibbles with [`q5_high`] bits.
+pub fn q5_1_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ5_1> {
+    q4_1_blocks(rng, nb)
+        .into_iter()
+        .map(|b| BlockQ5_1 {
+            d: b.d,
+            m: b.m,
+            qh: q5_high(rng),
+            qs: b.qs,
+        })
+        .collect()
+}
+
 /// Q8_0 blocks with -128 (outside rule 4's range, still exact), +-127 now and then.
 pub fn q8_0_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ8_0> {
     (0..nb)
@@ -147,6 +184,8 @@ pub fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> M
         ),
         GgmlType::Q4_0 => return Matrix::from_q4_0(rows, cols, &q4_0_blocks(rng, nb)),
         GgmlType::Q4_1 => return Matrix::from_q4_1(rows, cols, &q4_1_blocks(rng, nb)),
+        GgmlType::Q5_0 => return Matrix::from_q5_0(rows, cols, &q5_0_blocks(rng, nb)),
+        GgmlType::Q5_1 => return Matrix::from_q5_1(rows, cols, &q5_1_blocks(rng, nb)),
         GgmlType::Q8_0 => return Matrix::from_q8_0(rows, cols, &q8_0_blocks(rng, nb)),
     };
     Matrix { rows, cols, data }

@@ -12,6 +12,8 @@ pub enum GgmlType {
     F16,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
     BF16,
 }
@@ -21,7 +23,9 @@ impl GgmlType {
     pub const fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => QK,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                QK
+            }
         }
     }
 
@@ -32,6 +36,8 @@ impl GgmlType {
             GgmlType::F16 | GgmlType::BF16 => 2,
             GgmlType::Q4_0 => std::mem::size_of::<BlockQ4_0>(),
             GgmlType::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
+            GgmlType::Q5_0 => std::mem::size_of::<BlockQ5_0>(),
+            GgmlType::Q5_1 => std::mem::size_of::<BlockQ5_1>(),
             GgmlType::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
         }
     }
@@ -43,6 +49,8 @@ impl GgmlType {
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
             GgmlType::Q4_1 => 3,
+            GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
             GgmlType::BF16 => 30,
         }
@@ -55,6 +63,8 @@ impl GgmlType {
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
+            6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
             30 => GgmlType::BF16,
             _ => return None,
@@ -148,6 +158,56 @@ pub struct BlockQ4_1 {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
 
+/// Q5_0 block (GGUF spec): 5-bit quants q in 0..=31, value = d * (q - 16). The low 4 bits are
+/// laid out as Q4_0's nibbles (element j low, j + 16 high nibble of `qs[j]`); bit 4 of element
+/// e is bit e of the little-endian u32 `qh`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockQ5_0 {
+    /// Scale, f16 bits.
+    pub d: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
+
+/// Q5_1 block (GGUF spec): value = d * q + m with q in 0..=31, quants laid out as in Q5_0.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockQ5_1 {
+    /// Scale, f16 bits.
+    pub d: u16,
+    /// Minimum, f16 bits.
+    pub m: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 24);
+
+/// The 32 quants (0..=31) of a 5-bit block: low nibbles from `qs`, bit 4 from `qh`.
+#[inline(always)]
+pub fn q5_quants(qh: [u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
+    let h = u32::from_le_bytes(qh);
+    std::array::from_fn(|e| {
+        let low = if e < QK / 2 {
+            qs[e] & 15
+        } else {
+            qs[e - QK / 2] >> 4
+        };
+        low | ((((h >> e) & 1) as u8) << 4)
+    })
+}
+
+/// The inverse of [`q5_quants`]: (qh, qs) for 32 quants in 0..=31.
+fn q5_pack(q: &[u8; QK]) -> ([u8; 4], [u8; QK / 2]) {
+    let mut h = 0u32;
+    for (e, &v) in q.iter().enumerate() {
+        h |= u32::from((v >> 4) & 1) << e;
+    }
+    let qs = std::array::from_fn(|j| (q[j] & 15) | ((q[j + QK / 2] & 15) << 4));
+    (h.to_le_bytes(), qs)
+}
+
 /// Q8_0 block (GGUF spec): value = d * qs[j].
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -204,7 +264,7 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 
 /// llama.cpp's `quantize_row_q4_0_ref`.
 pub fn quantize_q4_0(x: &[f32]) -> Vec<BlockQ4_0> {
-    assert!(x.len() % QK == 0, "Q4_0 rows hold whole 32-element blocks");
+    assert!(x.len().is_multiple_of(QK), "Q4_0 rows hold whole 32-element blocks");
     x.chunks_exact(QK)
         .map(|xb| {
             // The element of largest magnitude, with its sign: d maps it to -8 exactly.
@@ -236,7 +296,7 @@ pub fn quantize_q4_0(x: &[f32]) -> Vec<BlockQ4_0> {
 
 /// llama.cpp's `quantize_row_q4_1_ref`.
 pub fn quantize_q4_1(x: &[f32]) -> Vec<BlockQ4_1> {
-    assert!(x.len() % QK == 0, "Q4_1 rows hold whole 32-element blocks");
+    assert!(x.len().is_multiple_of(QK), "Q4_1 rows hold whole 32-element blocks");
     x.chunks_exact(QK)
         .map(|xb| {
             let mut min = f32::MAX;
@@ -264,9 +324,62 @@ pub fn quantize_q4_1(x: &[f32]) -> Vec<BlockQ4_1> {
         .collect()
 }
 
+/// llama.cpp's `quantize_row_q5_0_ref`.
+pub fn quantize_q5_0(x: &[f32]) -> Vec<BlockQ5_0> {
+    assert!(x.len().is_multiple_of(QK), "Q5_0 rows hold whole 32-element blocks");
+    x.chunks_exact(QK)
+        .map(|xb| {
+            let mut amax = 0.0f32;
+            let mut max = 0.0f32;
+            for &v in xb {
+                if amax < v.abs() {
+                    amax = v.abs();
+                    max = v;
+                }
+            }
+            let d = max / -16.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            // C's (int8_t)(x + 16.5f) truncates toward zero; `as i8` does too (and saturates).
+            let q: [u8; QK] = std::array::from_fn(|j| ((xb[j] * id + 16.5) as i8).min(31) as u8);
+            let (qh, qs) = q5_pack(&q);
+            BlockQ5_0 {
+                d: f32_to_f16(d),
+                qh,
+                qs,
+            }
+        })
+        .collect()
+}
+
+/// llama.cpp's `quantize_row_q5_1_ref`.
+pub fn quantize_q5_1(x: &[f32]) -> Vec<BlockQ5_1> {
+    assert!(x.len().is_multiple_of(QK), "Q5_1 rows hold whole 32-element blocks");
+    x.chunks_exact(QK)
+        .map(|xb| {
+            let mut min = f32::MAX;
+            let mut max = -f32::MAX;
+            for &v in xb {
+                min = if v < min { v } else { min };
+                max = if v > max { v } else { max };
+            }
+            let d = (max - min) / 31.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            // C's (uint8_t)(x + 0.5f): x is in [0, 31] up to rounding.
+            let q: [u8; QK] = std::array::from_fn(|j| ((xb[j] - min) * id + 0.5) as u8);
+            let (qh, qs) = q5_pack(&q);
+            BlockQ5_1 {
+                d: f32_to_f16(d),
+                m: f32_to_f16(min),
+                qh,
+                qs,
+            }
+        })
+        .collect()
+}
+
 /// llama.cpp's `quantize_row_q8_0_ref`.
 pub fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
-    assert!(x.len() % QK == 0, "Q8_0 rows hold whole 32-element blocks");
+    assert!(x.len().is_multiple_of(QK), "Q8_0 rows hold whole 32-element blocks");
     x.chunks_exact(QK)
         .map(|xb| {
             let amax = xb
@@ -309,6 +422,26 @@ pub fn dequantize_q4_1(blocks: &[BlockQ4_1], out: &mut [f32]) {
     }
 }
 
+pub fn dequantize_q5_0(blocks: &[BlockQ5_0], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * QK);
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = f16_to_f32(b.d);
+        for (v, q) in o.iter_mut().zip(q5_quants(b.qh, &b.qs)) {
+            *v = d * ((q as i32 - 16) as f32);
+        }
+    }
+}
+
+pub fn dequantize_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
+    assert_eq!(out.len(), blocks.len() * QK);
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = (f16_to_f32(b.d), f16_to_f32(b.m));
+        for (v, q) in o.iter_mut().zip(q5_quants(b.qh, &b.qs)) {
+            *v = d * (q as f32) + m;
+        }
+    }
+}
+
 pub fn dequantize_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
     assert_eq!(out.len(), blocks.len() * QK);
     for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
@@ -342,6 +475,29 @@ pub fn q4_1_from_bytes(bytes: &[u8]) -> Vec<BlockQ4_1> {
         .collect()
 }
 
+pub fn q5_0_from_bytes(bytes: &[u8]) -> Vec<BlockQ5_0> {
+    bytes
+        .chunks_exact(22)
+        .map(|c| BlockQ5_0 {
+            d: u16::from_le_bytes([c[0], c[1]]),
+            qh: c[2..6].try_into().unwrap(),
+            qs: c[6..22].try_into().unwrap(),
+        })
+        .collect()
+}
+
+pub fn q5_1_from_bytes(bytes: &[u8]) -> Vec<BlockQ5_1> {
+    bytes
+        .chunks_exact(24)
+        .map(|c| BlockQ5_1 {
+            d: u16::from_le_bytes([c[0], c[1]]),
+            m: u16::from_le_bytes([c[2], c[3]]),
+            qh: c[4..8].try_into().unwrap(),
+            qs: c[8..24].try_into().unwrap(),
+        })
+        .collect()
+}
+
 pub fn q8_0_from_bytes(bytes: &[u8]) -> Vec<BlockQ8_0> {
     bytes
         .chunks_exact(34)
@@ -371,6 +527,27 @@ pub fn q4_1_to_bytes(blocks: &[BlockQ4_1]) -> Vec<u8> {
     out
 }
 
+pub fn q5_0_to_bytes(blocks: &[BlockQ5_0]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * 22);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend_from_slice(&b.qh);
+        out.extend_from_slice(&b.qs);
+    }
+    out
+}
+
+pub fn q5_1_to_bytes(blocks: &[BlockQ5_1]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * 24);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend_from_slice(&b.m.to_le_bytes());
+        out.extend_from_slice(&b.qh);
+        out.extend_from_slice(&b.qs);
+    }
+    out
+}
+
 pub fn q8_0_to_bytes(blocks: &[BlockQ8_0]) -> Vec<u8> {
     let mut out = Vec::with_capacity(blocks.len() * 34);
     for b in blocks {
@@ -395,25 +572,24 @@ pub fn dequantize_bytes(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
             .chunks_exact(2)
             .map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
             .collect(),
-        GgmlType::Q4_0 => {
-            let blocks = q4_0_from_bytes(bytes);
-            let mut out = vec![0.0; blocks.len() * QK];
-            dequantize_q4_0(&blocks, &mut out);
-            out
-        }
-        GgmlType::Q4_1 => {
-            let blocks = q4_1_from_bytes(bytes);
-            let mut out = vec![0.0; blocks.len() * QK];
-            dequantize_q4_1(&blocks, &mut out);
-            out
-        }
-        GgmlType::Q8_0 => {
-            let blocks = q8_0_from_bytes(bytes);
-            let mut out = vec![0.0; blocks.len() * QK];
-            dequantize_q8_0(&blocks, &mut out);
-            out
-        }
+        GgmlType::Q4_0 => blocks_to_f32(bytes, q4_0_from_bytes, dequantize_q4_0),
+        GgmlType::Q4_1 => blocks_to_f32(bytes, q4_1_from_bytes, dequantize_q4_1),
+        GgmlType::Q5_0 => blocks_to_f32(bytes, q5_0_from_bytes, dequantize_q5_0),
+        GgmlType::Q5_1 => blocks_to_f32(bytes, q5_1_from_bytes, dequantize_q5_1),
+        GgmlType::Q8_0 => blocks_to_f32(bytes, q8_0_from_bytes, dequantize_q8_0),
     }
+}
+
+/// Stored blocks -> their values, by a type's byte decoder and dequantizer.
+fn blocks_to_f32<B>(
+    bytes: &[u8],
+    decode: fn(&[u8]) -> Vec<B>,
+    dequantize: fn(&[B], &mut [f32]),
+) -> Vec<f32> {
+    let blocks = decode(bytes);
+    let mut out = vec![0.0; blocks.len() * QK];
+    dequantize(&blocks, &mut out);
+    out
 }
 
 /// Encodes f32 values as raw little-endian tensor bytes of `ty` (quantizing with llama.cpp's
@@ -431,6 +607,75 @@ pub fn quantize_bytes(ty: GgmlType, x: &[f32]) -> Vec<u8> {
             .collect(),
         GgmlType::Q4_0 => q4_0_to_bytes(&quantize_q4_0(x)),
         GgmlType::Q4_1 => q4_1_to_bytes(&quantize_q4_1(x)),
+        GgmlType::Q5_0 => q5_0_to_bytes(&quantize_q5_0(x)),
+        GgmlType::Q5_1 => q5_1_to_bytes(&quantize_q5_1(x)),
         GgmlType::Q8_0 => q8_0_to_bytes(&quantize_q8_0(x)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block of 32 values with a ramp, a large negative and a zero.
+    fn block() -> [f32; QK] {
+        std::array::from_fn(|i| match i {
+            3 => -4.0,
+            7 => 0.0,
+            _ => (i as f32 - 12.5) * 0.1,
+        })
+    }
+
+    #[test]
+    fn q5_quants_and_pack_round_trip_every_value_0_to_31() {
+        let q: [u8; QK] = std::array::from_fn(|e| ((e * 7 + 3) % 32) as u8);
+        let (qh, qs) = q5_pack(&q);
+        assert_eq!(q5_quants(qh, &qs), q);
+        // Element e's bit 4 is bit e of qh: element 0 is 3 (no bit), element 4 is 31 (bit).
+        assert_eq!(u32::from_le_bytes(qh) & 1, 0);
+        assert_eq!((u32::from_le_bytes(qh) >> 4) & 1, 1);
+        assert_eq!(qs[0], 3 | ((q[16] & 15) << 4));
+    }
+
+    #[test]
+    fn q5_0_maps_the_largest_magnitude_to_minus_16_and_round_trips_within_half_a_step() {
+        let x = block();
+        let b = quantize_q5_0(&x)[0];
+        let d = f16_to_f32(b.d);
+        // max = -4.0 (largest magnitude), d = max / -16 = 0.25.
+        assert_eq!(d, 0.25);
+        assert_eq!(q5_quants(b.qh, &b.qs)[3], 0);
+        let mut y = [0.0f32; QK];
+        dequantize_q5_0(&[b], &mut y);
+        assert_eq!(y[3], -4.0);
+        assert_eq!(y[7], 0.0);
+        for (a, b) in x.iter().zip(&y) {
+            assert!((a - b).abs() <= d / 2.0 + 1e-6, "{a} vs {b}");
+        }
+        let bytes = q5_0_to_bytes(&[b]);
+        assert_eq!(bytes.len(), 22);
+        assert_eq!(q5_0_from_bytes(&bytes), [b]);
+        assert_eq!(dequantize_bytes(GgmlType::Q5_0, &bytes), y);
+    }
+
+    #[test]
+    fn q5_1_spans_min_to_max_in_31_steps_and_round_trips_within_half_a_step() {
+        let x = block();
+        let b = quantize_q5_1(&x)[0];
+        let (d, m) = (f16_to_f32(b.d), f16_to_f32(b.m));
+        assert_eq!(m, -4.0);
+        assert_eq!(d, f16_to_f32(f32_to_f16((1.85 - -4.0) / 31.0)));
+        let q = q5_quants(b.qh, &b.qs);
+        assert_eq!((q[3], q[31]), (0, 31));
+        let mut y = [0.0f32; QK];
+        dequantize_q5_1(&[b], &mut y);
+        for (a, b) in x.iter().zip(&y) {
+            assert!((a - b).abs() <= d / 2.0 + 1e-3, "{a} vs {b}");
+        }
+        let bytes = q5_1_to_bytes(&[b]);
+        assert_eq!(bytes.len(), 24);
+        assert_eq!(q5_1_from_bytes(&bytes), [b]);
+        assert_eq!(GgmlType::from_id(7), Some(GgmlType::Q5_1));
+        assert_eq!(GgmlType::Q5_0.bytes_for(64), Some(44));
     }
 }

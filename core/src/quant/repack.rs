@@ -2,7 +2,8 @@
 //! matrix, built once at load. Reference code (plain Rust); the kernels read the tiles directly.
 //!
 //! Rows are taken in groups of [`TILE_ROWS`]; tile (group g, block b) holds block b of rows
-//! `8g .. 8g + 8`: first the 8 scales (and Q4_1's 8 mins), contiguous, then the 8 rows' quants
+//! `8g .. 8g + 8`: first the 8 scales (and the 8 mins of Q4_1 / Q5_1, and the 8 high-bit words
+//! of Q5_0 / Q5_1), contiguous, then the 8 rows' quants
 //! interleaved in 4-byte columns: `qs[32 * c + 4 * lane + j]` is byte `4 * c + j` of row
 //! `8g + lane`'s block (`c` = 0..4 for the 4-bit types, whose 16 bytes hold elements
 //! `4c + j` in the low nibble and `16 + 4c + j` in the high one; 0..8 for Q8_0). So one 256-bit
@@ -10,7 +11,7 @@
 //! broadcast accumulates all 8 rows' dots, one row per i32 lane, with no horizontal sum.
 //! A last partial group is padded with zero blocks (d = 0), whose outputs nobody reads.
 
-use super::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+use super::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
 
 /// Rows per tile: one i32 / f32 lane of a 256-bit register each.
 pub const TILE_ROWS: usize = 8;
@@ -38,6 +39,36 @@ pub struct TileQ4_1 {
     pub qs: [u8; TILE_ROWS * QK / 2],
 }
 const _: () = assert!(std::mem::size_of::<TileQ4_1>() == 160);
+
+/// Block b of 8 rows of Q5_0: as [`TileQ4_0`] for the low 4 bits of each quant, plus each
+/// row's `qh` as one u32 (bit e = bit 4 of element e), so the 8 rows' high bits are one
+/// 256-bit load.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ5_0 {
+    /// Scales of lanes 0..8, f16 bits.
+    pub d: [u16; TILE_ROWS],
+    /// High bits of lanes 0..8.
+    pub qh: [u32; TILE_ROWS],
+    /// As [`TileQ4_0::qs`].
+    pub qs: [u8; TILE_ROWS * QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<TileQ5_0>() == 176);
+
+/// Block b of 8 rows of Q5_1: [`TileQ5_0`] with the rows' minimums.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ5_1 {
+    /// Scales of lanes 0..8, f16 bits.
+    pub d: [u16; TILE_ROWS],
+    /// Minimums of lanes 0..8, f16 bits.
+    pub m: [u16; TILE_ROWS],
+    /// High bits of lanes 0..8.
+    pub qh: [u32; TILE_ROWS],
+    /// As [`TileQ4_0::qs`].
+    pub qs: [u8; TILE_ROWS * QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<TileQ5_1>() == 192);
 
 /// Block b of 8 rows of Q8_0.
 #[repr(C)]
@@ -105,6 +136,57 @@ impl Tile for TileQ4_1 {
     fn set_block(&mut self, lane: usize, block: &BlockQ4_1) {
         self.d[lane] = block.d;
         self.m[lane] = block.m;
+        for (i, &q) in block.qs.iter().enumerate() {
+            self.qs[interleaved(lane, i)] = q;
+        }
+    }
+}
+
+impl Tile for TileQ5_0 {
+    type Block = BlockQ5_0;
+    const ZERO: Self = TileQ5_0 {
+        d: [0; TILE_ROWS],
+        qh: [0; TILE_ROWS],
+        qs: [0; TILE_ROWS * QK / 2],
+    };
+    #[inline(always)]
+    fn block(&self, lane: usize) -> BlockQ5_0 {
+        BlockQ5_0 {
+            d: self.d[lane],
+            qh: self.qh[lane].to_le_bytes(),
+            qs: std::array::from_fn(|i| self.qs[interleaved(lane, i)]),
+        }
+    }
+    fn set_block(&mut self, lane: usize, block: &BlockQ5_0) {
+        self.d[lane] = block.d;
+        self.qh[lane] = u32::from_le_bytes(block.qh);
+        for (i, &q) in block.qs.iter().enumerate() {
+            self.qs[interleaved(lane, i)] = q;
+        }
+    }
+}
+
+impl Tile for TileQ5_1 {
+    type Block = BlockQ5_1;
+    const ZERO: Self = TileQ5_1 {
+        d: [0; TILE_ROWS],
+        m: [0; TILE_ROWS],
+        qh: [0; TILE_ROWS],
+        qs: [0; TILE_ROWS * QK / 2],
+    };
+    #[inline(always)]
+    fn block(&self, lane: usize) -> BlockQ5_1 {
+        BlockQ5_1 {
+            d: self.d[lane],
+            m: self.m[lane],
+            qh: self.qh[lane].to_le_bytes(),
+            qs: std::array::from_fn(|i| self.qs[interleaved(lane, i)]),
+        }
+    }
+    fn set_block(&mut self, lane: usize, block: &BlockQ5_1) {
+        self.d[lane] = block.d;
+        self.m[lane] = block.m;
+        self.qh[lane] = u32::from_le_bytes(block.qh);
         for (i, &q) in block.qs.iter().enumerate() {
             self.qs[interleaved(lane, i)] = q;
         }

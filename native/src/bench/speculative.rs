@@ -182,7 +182,7 @@ fn reply(
 fn batch_cost(engine: &Engine, threads: usize, k: usize, trials: usize) -> Result<BatchCostRow> {
     let vocab = engine.config().vocab_size as u32;
     let context: Vec<u32> = (0..64u32)
-        .map(|i| (i * 2654435761u32 >> 8) % vocab)
+        .map(|i| ((i * 2654435761u32) >> 8) % vocab)
         .collect();
     let tokens: Vec<u32> = (0..k as u32).map(|i| (i * 40503 + 17) % vocab).collect();
     let mut session = engine.new_session();

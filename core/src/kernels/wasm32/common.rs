@@ -12,7 +12,8 @@ use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, 
 use crate::kernels::reference::{self, ATTENTION_BLOCK};
 use crate::kernels::{Input, KvHead, KvSlice, Matrix, MatrixData};
 use crate::quant::repack::{
-    check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS,
+    check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
+    TILE_ROWS,
 };
 use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ8Act, QK};
 
@@ -655,6 +656,25 @@ impl WeightTile for TileQ4_1 {
     }
 }
 
+impl WeightTile for TileQ5_0 {
+    const HAS_MIN: bool = false;
+    #[inline(always)]
+    fn scales(&self) -> ([v128; 2], [v128; 2]) {
+        let d = load_u16x8(&self.d, 0);
+        (f16x8_to_f32(d, no_inf_nan(d)), [f32x4_splat(0.0); 2])
+    }
+}
+
+impl WeightTile for TileQ5_1 {
+    const HAS_MIN: bool = true;
+    #[inline(always)]
+    fn scales(&self) -> ([v128; 2], [v128; 2]) {
+        let (d, m) = (load_u16x8(&self.d, 0), load_u16x8(&self.m, 0));
+        let finite = no_inf_nan(v128_or(d, m));
+        (f16x8_to_f32(d, finite), f16x8_to_f32(m, finite))
+    }
+}
+
 impl WeightTile for TileQ8_0 {
     const HAS_MIN: bool = false;
     #[inline(always)]
@@ -685,6 +705,57 @@ pub fn unpack_nibble_columns(qs: &[u8; ROWS * QK / 2]) -> ([[v128; 4]; 2], [[v12
             let q = load_quants(qs, 32 * c + 16 * half);
             lo[half][c] = v128_and(q, mask);
             hi[half][c] = v128_and(u16x8_shr(q, 4), mask);
+        }
+    }
+    (lo, hi)
+}
+
+/// A 5-bit tile's quants as unsigned bytes 0..=31, in [`unpack_nibble_columns`]' layout: its
+/// nibbles with bit 4 of element e of row r set from bit e of `qh[r]`.
+#[inline(always)]
+pub fn unpack_q5_columns(
+    qs: &[u8; ROWS * QK / 2],
+    qh: &[u32; ROWS],
+) -> ([[v128; 4]; 2], [[v128; 4]; 2]) {
+    let (mut lo, mut hi) = unpack_nibble_columns(qs);
+    let ten = u8x16_splat(0x10);
+    for half in 0..2 {
+        // Rows 4h .. 4h + 4's high-bit words, one per i32 lane.
+        // SAFETY: qh[4 * half..][..4] is 16 readable bytes; v128.load takes any alignment.
+        let h = unsafe { v128_load(qh[4 * half..].as_ptr().cast()) };
+        for k in 0..8 {
+            // Every byte of lane r takes byte k / 2 of r's word; byte j tests bit
+            // 4 * (k % 2) + j of it.
+            let b = (k / 2) as u8;
+            let picked = u8x16_swizzle(
+                h,
+                u8x16(
+                    b,
+                    b,
+                    b,
+                    b,
+                    4 + b,
+                    4 + b,
+                    4 + b,
+                    4 + b,
+                    8 + b,
+                    8 + b,
+                    8 + b,
+                    8 + b,
+                    12 + b,
+                    12 + b,
+                    12 + b,
+                    12 + b,
+                ),
+            );
+            let s = 4 * (k % 2) as u32;
+            let bits = u32x4_splat(u32::from_le_bytes([1 << s, 2 << s, 4 << s, 8 << s]));
+            let high = v128_and(i8x16_eq(v128_and(picked, bits), bits), ten);
+            if k < 4 {
+                lo[half][k] = v128_or(lo[half][k], high);
+            } else {
+                hi[half][k - 4] = v128_or(hi[half][k - 4], high);
+            }
         }
     }
     (lo, hi)
@@ -777,6 +848,39 @@ macro_rules! widen_nibbles {
 // Q4_0: Σ (q - 8) x = Σ q x - 8 Σ x, with Σ x the activation block's `sum` (rule 3).
 widen_nibbles!(TileQ4_0, 8);
 widen_nibbles!(TileQ4_1, 0);
+
+/// 5-bit weights for [`Widen`], laid out as [`nibble_weights`].
+#[inline(always)]
+fn q5_weights(qs: &[u8; ROWS * QK / 2], qh: &[u32; ROWS]) -> [[v128; 8]; 2] {
+    let (lo, hi) = unpack_q5_columns(qs, qh);
+    std::array::from_fn(|h| std::array::from_fn(|k| if k < 4 { lo[h][k] } else { hi[h][k - 4] }))
+}
+
+macro_rules! widen_q5 {
+    ($tile:ty, $offset:literal) => {
+        impl IntDot<$tile> for Widen {
+            type Weights = [[v128; 8]; 2];
+            type Activations = [v128; 8];
+            const OFFSET: i32 = $offset;
+            #[inline(always)]
+            fn weights(tile: &$tile) -> [[v128; 8]; 2] {
+                q5_weights(&tile.qs, &tile.qh)
+            }
+            #[inline(always)]
+            fn activations(block: &BlockQ8Act) -> [v128; 8] {
+                broadcast_columns_i16(block)
+            }
+            #[inline(always)]
+            fn dot(w: &[[v128; 8]; 2], x: &[v128; 8]) -> [v128; 2] {
+                [dot_widened(&w[0], x), dot_widened(&w[1], x)]
+            }
+        }
+    };
+}
+
+// Q5_0: Σ (q - 16) x = Σ q x - 16 Σ x.
+widen_q5!(TileQ5_0, 16);
+widen_q5!(TileQ5_1, 0);
 
 impl IntDot<TileQ8_0> for Widen {
     type Weights = [[v128; 8]; 2];
@@ -940,7 +1044,7 @@ fn matmul_f<L: Lanes>(
 #[inline(always)]
 pub fn matmul<D>(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]])
 where
-    D: IntDot<TileQ4_0> + IntDot<TileQ4_1> + IntDot<TileQ8_0>,
+    D: IntDot<TileQ4_0> + IntDot<TileQ4_1> + IntDot<TileQ5_0> + IntDot<TileQ5_1> + IntDot<TileQ8_0>,
 {
     let (rows, cols, nb) = (w.rows, w.cols, w.cols / QK);
     match (&w.data, x) {
@@ -949,6 +1053,12 @@ where
         }
         (MatrixData::Q4_1(d), Input::Q8(x)) => {
             matmul_q::<D, TileQ4_1>(d, rows, nb, first_row, x, out)
+        }
+        (MatrixData::Q5_0(d), Input::Q8(x)) => {
+            matmul_q::<D, TileQ5_0>(d, rows, nb, first_row, x, out)
+        }
+        (MatrixData::Q5_1(d), Input::Q8(x)) => {
+            matmul_q::<D, TileQ5_1>(d, rows, nb, first_row, x, out)
         }
         (MatrixData::Q8_0(d), Input::Q8(x)) => {
             matmul_q::<D, TileQ8_0>(d, rows, nb, first_row, x, out)
@@ -966,8 +1076,8 @@ macro_rules! backend {
     ($name:literal, int_dot: $dot:ty) => {
         use crate::kernels::wasm32::common;
         use crate::kernels::{Input, Kernels, Matrix};
-        use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ8_0};
-        use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+        use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0};
+        use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
         pub static KERNELS: Kernels = Kernels {
             name: $name,
@@ -975,6 +1085,8 @@ macro_rules! backend {
             quantize_q8: common::quantize_q8,
             dot_q4_0_q8,
             dot_q4_1_q8,
+            dot_q5_0_q8,
+            dot_q5_1_q8,
             dot_q8_0_q8,
             matmul,
             rmsnorm: common::rmsnorm,
@@ -991,6 +1103,16 @@ macro_rules! backend {
         /// Otherwise identical to reference::dot_q4_1_q8.
         pub fn dot_q4_1_q8(w: &[BlockQ4_1], x: &[crate::quant::BlockQ8Act]) -> f32 {
             common::dot_q::<$dot, TileQ4_1>(w, x)
+        }
+
+        /// Otherwise identical to reference::dot_q5_0_q8.
+        pub fn dot_q5_0_q8(w: &[BlockQ5_0], x: &[crate::quant::BlockQ8Act]) -> f32 {
+            common::dot_q::<$dot, TileQ5_0>(w, x)
+        }
+
+        /// Otherwise identical to reference::dot_q5_1_q8.
+        pub fn dot_q5_1_q8(w: &[BlockQ5_1], x: &[crate::quant::BlockQ8Act]) -> f32 {
+            common::dot_q::<$dot, TileQ5_1>(w, x)
         }
 
         /// Otherwise identical to reference::dot_q8_0_q8.

@@ -7,7 +7,7 @@
 
 use core::arch::wasm32::*;
 
-use super::common::{unpack_nibble_columns, IntDot, Widen};
+use super::common::{unpack_nibble_columns, unpack_q5_columns, IntDot, Widen};
 use crate::quant::BlockQ8Act;
 
 super::common::backend!("relaxed", int_dot: RelaxedDot);
@@ -70,6 +70,51 @@ macro_rules! relaxed_nibbles {
 // Q4_0: Σ (q - 8) x = Σ q x - 8 Σ x, with Σ x the activation block's `sum` (rule 3).
 relaxed_nibbles!(TileQ4_0, 8);
 relaxed_nibbles!(TileQ4_1, 0);
+
+/// As [`dot_nibbles`] for 5-bit weights (0..=31, still a 7-bit operand): 8 columns of pair
+/// sums could reach 8 * 2 * 128 * 31 = 63488, past i16, so the low and high columns are each
+/// summed in i16 (4 * 2 * 128 * 31 = 31744) and widened before they are added.
+#[inline(always)]
+fn dot_q5(u: &([[v128; 4]; 2], [[v128; 4]; 2]), x: &[v128; 8]) -> [v128; 2] {
+    let (lo, hi) = u;
+    std::array::from_fn(|h| {
+        let mut low = i16x8_relaxed_dot_i8x16_i7x16(x[0], lo[h][0]);
+        let mut high = i16x8_relaxed_dot_i8x16_i7x16(x[4], hi[h][0]);
+        for c in 1..4 {
+            low = i16x8_add(low, i16x8_relaxed_dot_i8x16_i7x16(x[c], lo[h][c]));
+            high = i16x8_add(high, i16x8_relaxed_dot_i8x16_i7x16(x[4 + c], hi[h][c]));
+        }
+        i32x4_add(
+            i32x4_extadd_pairwise_i16x8(low),
+            i32x4_extadd_pairwise_i16x8(high),
+        )
+    })
+}
+
+macro_rules! relaxed_q5 {
+    ($tile:ty, $offset:literal) => {
+        impl IntDot<$tile> for RelaxedDot {
+            type Weights = ([[v128; 4]; 2], [[v128; 4]; 2]);
+            type Activations = [v128; 8];
+            const OFFSET: i32 = $offset;
+            #[inline(always)]
+            fn weights(tile: &$tile) -> Self::Weights {
+                unpack_q5_columns(&tile.qs, &tile.qh)
+            }
+            #[inline(always)]
+            fn activations(block: &BlockQ8Act) -> [v128; 8] {
+                broadcast_columns(block)
+            }
+            #[inline(always)]
+            fn dot(w: &Self::Weights, x: &[v128; 8]) -> [v128; 2] {
+                dot_q5(w, x)
+            }
+        }
+    };
+}
+
+relaxed_q5!(TileQ5_0, 16);
+relaxed_q5!(TileQ5_1, 0);
 
 /// Q8_0 weights span -127..=127, outside the 7-bit operand's range: simd128's widening dot.
 impl IntDot<TileQ8_0> for RelaxedDot {

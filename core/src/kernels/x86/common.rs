@@ -9,7 +9,8 @@ use std::mem::MaybeUninit;
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::ATTENTION_BLOCK;
 use crate::quant::repack::{
-    check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ8_0, TILE_ROWS,
+    check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
+    TILE_ROWS,
 };
 use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ8Act, QK};
 
@@ -590,6 +591,85 @@ impl WeightTile for TileQ4_1 {
     unsafe fn unpack(&self) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
         unsafe { unpack_nibble_columns(&self.qs) }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), load_f16x8(&self.m)) }
+    }
+}
+
+/// Bit 4 of the 5-bit quants, as 0x10 or 0 per byte, in [`unpack_nibble_columns`]' order:
+/// register k, lane r, byte j is bit 4k + j of row r's `qh`.
+#[inline(always)]
+unsafe fn q5_high_bits(qh: &[u32; ROWS]) -> [__m256i; 8] {
+    // SAFETY: 32 readable bytes; avx2 is enabled in the caller.
+    unsafe {
+        let h = _mm256_loadu_si256(qh.as_ptr().cast());
+        // Byte i of dword l picks byte `b` of dword l (shuffles stay inside 128-bit halves).
+        let dword_base = _mm256_setr_epi32(
+            0,
+            0x0404_0404,
+            0x0808_0808,
+            0x0c0c_0c0c,
+            0,
+            0x0404_0404,
+            0x0808_0808,
+            0x0c0c_0c0c,
+        );
+        let ten = _mm256_set1_epi8(0x10);
+        let mut out = [_mm256_setzero_si256(); 8];
+        for (k, o) in out.iter_mut().enumerate() {
+            let picked = _mm256_shuffle_epi8(
+                h,
+                _mm256_add_epi8(dword_base, _mm256_set1_epi8((k / 2) as i8)),
+            );
+            // Byte j tests bit 4 * (k % 2) + j of the picked byte.
+            let s = 4 * (k % 2);
+            let bits = _mm256_set1_epi32(i32::from_le_bytes([1 << s, 2 << s, 4 << s, 8 << s]));
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(picked, bits), bits);
+            *o = _mm256_and_si256(set, ten);
+        }
+        out
+    }
+}
+
+/// 5-bit quants (0..=31): the low nibbles as for 4 bits, bit 4 from the rows' `qh`.
+#[inline(always)]
+unsafe fn unpack_q5_columns(qs: &[u8; ROWS * QK / 2], qh: &[u32; ROWS]) -> [__m256i; 8] {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let mut low = unpack_nibble_columns(qs);
+        let high = q5_high_bits(qh);
+        for (l, h) in low.iter_mut().zip(high) {
+            *l = _mm256_or_si256(*l, h);
+        }
+        low
+    }
+}
+
+impl WeightTile for TileQ5_0 {
+    const HAS_MIN: bool = false;
+    const SUM_OFFSET: i32 = 16;
+    #[inline(always)]
+    unsafe fn unpack(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { unpack_q5_columns(&self.qs, &self.qh) }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
+    }
+}
+
+impl WeightTile for TileQ5_1 {
+    const HAS_MIN: bool = true;
+    const SUM_OFFSET: i32 = 0;
+    #[inline(always)]
+    unsafe fn unpack(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { unpack_q5_columns(&self.qs, &self.qh) }
     }
     #[inline(always)]
     unsafe fn scales(&self) -> (__m256, __m256) {

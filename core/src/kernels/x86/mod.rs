@@ -40,8 +40,8 @@ macro_rules! backend {
 
         use crate::kernels::x86::common::{self, BF16Lanes, F16Lanes, F32Lanes};
         use crate::kernels::{reference, Input, Kernels, KvHead, KvSlice, Matrix, MatrixData};
-        use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ8_0};
-        use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
+        use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0};
+        use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8Act, BlockQ8_0, QK};
 
         pub static KERNELS: Kernels = Kernels {
             name: $name,
@@ -49,6 +49,8 @@ macro_rules! backend {
             quantize_q8,
             dot_q4_0_q8,
             dot_q4_1_q8,
+            dot_q5_0_q8,
+            dot_q5_1_q8,
             dot_q8_0_q8,
             matmul,
             rmsnorm,
@@ -111,6 +113,8 @@ macro_rules! backend {
         }
         dot_q!(dot_q4_0_q8, BlockQ4_0, TileQ4_0);
         dot_q!(dot_q4_1_q8, BlockQ4_1, TileQ4_1);
+        dot_q!(dot_q5_0_q8, BlockQ5_0, TileQ5_0);
+        dot_q!(dot_q5_1_q8, BlockQ5_1, TileQ5_1);
         dot_q!(dot_q8_0_q8, BlockQ8_0, TileQ8_0);
 
         /// Otherwise identical to reference::matmul.
@@ -126,6 +130,12 @@ macro_rules! backend {
                             common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::Q4_0(d), Input::Q8(x)) => {
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
+                        }
+                        (MatrixData::Q5_0(d), Input::Q8(x)) => {
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
+                        }
+                        (MatrixData::Q5_1(d), Input::Q8(x)) => {
                             common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::Q8_0(d), Input::Q8(x)) => {
