@@ -187,7 +187,7 @@ pub fn convert(input: &Path, output: &Path, dtype: HfDtype) -> Result<()> {
             .map(|(name, shape, data)| {
                 let hf = names::gguf_to_hf(&name)
                     .with_context(|| format!("no HF name for tensor {name}"))?;
-                Ok((hf, ty, shape, quantize_bytes(ty, &data)))
+                Ok((hf, ty, shape, quantize_bytes(ty, &data)?))
             })
             .collect::<Result<Vec<_>>>()?;
         let safetensors = hf_dir::write_safetensors(&tensors)?;
@@ -274,7 +274,7 @@ pub fn quantize(input: &Path, output: &Path, ty: QuantType) -> Result<()> {
                 t.name.clone(),
                 out_ty,
                 &t.shape,
-                quantize_bytes(out_ty, &values),
+                quantize_bytes(out_ty, &values)?,
             )?;
         }
         write_gguf_atomically(&w, output)?;

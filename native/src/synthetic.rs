@@ -5,11 +5,14 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use inferno_core::config::ModelConfig;
 use inferno_core::formats::gguf::{GgufFile, GgufWriter, Value};
-use inferno_core::quant::{quantize_bytes, GgmlType};
+use inferno_core::quant::kquants::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, KBlock, QK_K,
+};
+use inferno_core::quant::{f32_to_f16, quantize_bytes, GgmlType};
 
 /// Dimensions of a synthetic Llama model: the part of a [`ModelConfig`] the generator can
 /// write (no biases, QK norms or RoPE scaling), so a shape cannot ask for tensors it never makes.
@@ -71,6 +74,11 @@ pub enum MatrixType {
     Q5_1,
     #[value(name = "q8_0")]
     Q8_0,
+    /// Random super-blocks (no K-quant quantizer yet).
+    #[value(name = "q4_k")]
+    Q4_K,
+    #[value(name = "q6_k")]
+    Q6_K,
     #[value(name = "f16")]
     F16,
     #[value(name = "bf16")]
@@ -87,6 +95,8 @@ impl MatrixType {
             MatrixType::Q5_0 => GgmlType::Q5_0,
             MatrixType::Q5_1 => GgmlType::Q5_1,
             MatrixType::Q8_0 => GgmlType::Q8_0,
+            MatrixType::Q4_K => GgmlType::Q4_K,
+            MatrixType::Q6_K => GgmlType::Q6_K,
             MatrixType::F16 => GgmlType::F16,
             MatrixType::Bf16 => GgmlType::BF16,
             MatrixType::F32 => GgmlType::F32,
@@ -206,6 +216,42 @@ pub fn tokenizer_metadata(gguf: &GgufFile) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// For a K-quant, the f16 (d, dmin) that make its random super-blocks' values about ±a
+/// (typical scale x quant products differ per type); None for the other types.
+fn k_block_scale(ty: GgmlType, a: f32) -> Option<(u16, u16)> {
+    let (d, dmin) = match ty {
+        GgmlType::Q2_K => (a / 12.0, a / 16.0),
+        GgmlType::Q3_K => (a / 32.0, 0.0),
+        GgmlType::Q4_K => (a / 512.0, a / 512.0),
+        GgmlType::Q5_K => (a / 1024.0, a / 1024.0),
+        GgmlType::Q6_K => (a / 1024.0, 0.0),
+        _ => return None,
+    };
+    Some((f32_to_f16(d), f32_to_f16(dmin)))
+}
+
+/// `n` elements of random K-quant super-blocks of type `ty` with the given scales.
+fn random_k_bytes(rng: &mut SplitMix64, ty: GgmlType, n: usize, d: u16, dmin: u16) -> Vec<u8> {
+    fn blocks<B: KBlock>(rng: &mut SplitMix64, n: usize, d: u16, dmin: u16) -> Vec<u8> {
+        let mut out = Vec::with_capacity(n / QK_K * B::BYTES);
+        for _ in 0..n / QK_K {
+            let raw: Vec<u8> = (0..B::BYTES).map(|_| rng.next_u64() as u8).collect();
+            let mut b = B::from_bytes(&raw);
+            b.set_scales(d, dmin);
+            b.to_bytes(&mut out);
+        }
+        out
+    }
+    match ty {
+        GgmlType::Q2_K => blocks::<BlockQ2K>(rng, n, d, dmin),
+        GgmlType::Q3_K => blocks::<BlockQ3K>(rng, n, d, dmin),
+        GgmlType::Q4_K => blocks::<BlockQ4K>(rng, n, d, dmin),
+        GgmlType::Q5_K => blocks::<BlockQ5K>(rng, n, d, dmin),
+        GgmlType::Q6_K => blocks::<BlockQ6K>(rng, n, d, dmin),
+        _ => unreachable!("random_k_bytes is called for K-quants only"),
+    }
+}
+
 /// A random-weight Llama GGUF of the given shape: matrices of type `ty` (uniform in
 /// ±1/sqrt(cols)), F32 norms near 1.0, the given tokenizer metadata. Same seed, same bytes.
 pub fn synthetic_gguf(
@@ -227,25 +273,41 @@ pub fn synthetic_gguf(
     }
 
     let mut rng = SplitMix64(seed);
-    let mut matrix = |name: String, rows: usize, cols: usize| {
+    let mut matrix = |name: String, rows: usize, cols: usize| -> Result<_> {
+        if !cols.is_multiple_of(ty.block_len()) {
+            bail!(
+                "{name}: rows of {cols} are not whole {} blocks of {}; pick a shape whose \
+                 dimensions are multiples of {}",
+                ty.name(),
+                ty.block_len(),
+                ty.block_len()
+            );
+        }
         let a = 1.0 / (cols as f32).sqrt();
-        let x: Vec<f32> = (0..rows * cols).map(|_| rng.uniform(a)).collect();
-        (name, ty, vec![rows, cols], quantize_bytes(ty, &x))
+        let bytes = match k_block_scale(ty, a) {
+            // K-quants have no quantizer yet: random super-blocks, scaled to about ±a.
+            Some((d, dmin)) => random_k_bytes(&mut rng, ty, rows * cols, d, dmin),
+            None => {
+                let x: Vec<f32> = (0..rows * cols).map(|_| rng.uniform(a)).collect();
+                quantize_bytes(ty, &x)?
+            }
+        };
+        Ok((name, ty, vec![rows, cols], bytes))
     };
     let (dim, hidden) = (shape.dim, shape.hidden_dim);
     let (q_dim, kv_dim) = (config.q_dim(), config.kv_dim());
-    let mut tensors = vec![matrix("token_embd.weight".into(), shape.vocab_size, dim)];
+    let mut tensors = vec![matrix("token_embd.weight".into(), shape.vocab_size, dim)?];
     if !shape.tied_embeddings {
-        tensors.push(matrix("output.weight".into(), shape.vocab_size, dim));
+        tensors.push(matrix("output.weight".into(), shape.vocab_size, dim)?);
     }
     for l in 0..shape.n_layers {
-        tensors.push(matrix(format!("blk.{l}.attn_q.weight"), q_dim, dim));
-        tensors.push(matrix(format!("blk.{l}.attn_k.weight"), kv_dim, dim));
-        tensors.push(matrix(format!("blk.{l}.attn_v.weight"), kv_dim, dim));
-        tensors.push(matrix(format!("blk.{l}.attn_output.weight"), dim, q_dim));
-        tensors.push(matrix(format!("blk.{l}.ffn_gate.weight"), hidden, dim));
-        tensors.push(matrix(format!("blk.{l}.ffn_up.weight"), hidden, dim));
-        tensors.push(matrix(format!("blk.{l}.ffn_down.weight"), dim, hidden));
+        tensors.push(matrix(format!("blk.{l}.attn_q.weight"), q_dim, dim)?);
+        tensors.push(matrix(format!("blk.{l}.attn_k.weight"), kv_dim, dim)?);
+        tensors.push(matrix(format!("blk.{l}.attn_v.weight"), kv_dim, dim)?);
+        tensors.push(matrix(format!("blk.{l}.attn_output.weight"), dim, q_dim)?);
+        tensors.push(matrix(format!("blk.{l}.ffn_gate.weight"), hidden, dim)?);
+        tensors.push(matrix(format!("blk.{l}.ffn_up.weight"), hidden, dim)?);
+        tensors.push(matrix(format!("blk.{l}.ffn_down.weight"), dim, hidden)?);
     }
     let mut norm = |name: String| {
         let x: Vec<f32> = (0..dim).map(|_| 1.0 + rng.uniform(0.1)).collect();
@@ -253,7 +315,7 @@ pub fn synthetic_gguf(
             name,
             GgmlType::F32,
             vec![dim],
-            quantize_bytes(GgmlType::F32, &x),
+            quantize_bytes(GgmlType::F32, &x).expect("f32 always encodes"),
         )
     };
     tensors.push(norm("output_norm.weight".into()));

@@ -77,13 +77,13 @@ fn real_model_token_array_count_and_first_token_length_set_to_0xffff_ffff_ffff_i
 }
 
 #[test]
-fn real_model_tensor_type_patched_to_q4_k_is_named() {
+fn real_model_tensor_type_patched_to_iq2_xxs_is_named() {
     let header = &model_bytes()[..header_end(model_bytes())];
     let at = after_key(header, "token_embd.weight");
     // n_dims (4) + 2 dims (16), then the type id.
     let mut bytes = model_bytes().to_vec();
     assert_eq!(bytes[at..at + 4], 2u32.to_le_bytes());
-    bytes[at + 20..at + 24].copy_from_slice(&12u32.to_le_bytes());
+    bytes[at + 20..at + 24].copy_from_slice(&16u32.to_le_bytes());
     match GgufFile::parse(&bytes) {
         Err(Error::UnsupportedTensorType {
             name,
@@ -92,7 +92,7 @@ fn real_model_tensor_type_patched_to_q4_k_is_named() {
         }) => {
             assert_eq!(
                 (name.as_str(), ggml_type, type_name.as_str()),
-                ("token_embd.weight", 12, "Q4_K")
+                ("token_embd.weight", 16, "IQ2_XXS")
             )
         }
         other => panic!("{other:?}"),

@@ -50,16 +50,20 @@ impl Rng {
 /// `n` blocks of `ty` as stored: the f16 fields at the front of each block get
 /// [`Rng::scale`] values, the rest random bytes with extremes.
 fn blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
-    let scales = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => 1,
-        GgmlType::Q4_1 | GgmlType::Q5_1 => 2,
-        _ => 0,
+    // Byte offsets of the f16 scales in each type's block (ggml's block_* structs).
+    let scales: &[usize] = match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
     };
     let mut out = Vec::new();
     for _ in 0..n {
         let mut block = rng.bytes(ty.block_bytes());
-        for s in 0..scales {
-            block[2 * s..2 * s + 2].copy_from_slice(&rng.scale());
+        for &at in scales {
+            block[at..at + 2].copy_from_slice(&rng.scale());
         }
         out.extend(block);
     }
@@ -71,7 +75,7 @@ fn python() -> Option<PathBuf> {
 }
 
 #[test]
-fn dequantize_q4_0_q4_1_q5_0_q5_1_q8_0_f16_bf16_f32_equals_gguf_python_bitwise() {
+fn dequantize_q4_0_q4_1_q5_0_q5_1_q8_0_q2_k_to_q6_k_f16_bf16_f32_equals_gguf_python_bitwise() {
     let Some(python) = python() else {
         eprintln!(
             "skipping: set INFERNO_PYTHON to scripts/setup-python.sh's python (make test does)"
@@ -84,6 +88,11 @@ fn dequantize_q4_0_q4_1_q5_0_q5_1_q8_0_f16_bf16_f32_equals_gguf_python_bitwise()
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
         GgmlType::F16,
         GgmlType::BF16,
         GgmlType::F32,

@@ -117,3 +117,23 @@ fn real_model_prompt_40_tokens_logits_all_backends() {
         Engine::from_gguf_bytes(inferno_tests::model_bytes(), options).expect("model loads");
     assert_backends_match_reference(&engine, "SmolLM2-135M Q4_1");
 }
+
+#[test]
+fn synthetic_dim_256_q2_k_q3_k_q4_k_q5_k_q6_k_logits_all_backends() {
+    // K-quants need rows of whole 256-element super-blocks.
+    let shape = SyntheticShape {
+        dim: 256,
+        hidden_dim: 512,
+        head_dim: 64,
+        ..SyntheticShape::tiny()
+    };
+    for ty in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        check_synthetic(shape.clone(), ty, WeightDtype::AsStored, 15);
+    }
+}

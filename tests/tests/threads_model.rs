@@ -76,3 +76,17 @@ fn synthetic_q5_0_same_logits_for_1_2_3_8_threads() {
 fn real_model_same_logits_for_1_2_3_8_threads() {
     assert_same_for_every_thread_count(inferno_tests::model_bytes(), "SmolLM2-135M Q4_1");
 }
+
+#[test]
+fn synthetic_dim_256_q4_k_q6_k_same_logits_for_1_2_3_8_threads() {
+    let shape = SyntheticShape {
+        dim: 256,
+        hidden_dim: 512,
+        head_dim: 64,
+        ..SyntheticShape::tiny()
+    };
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let bytes = synthetic_gguf(&shape, 4, ty);
+        assert_same_for_every_thread_count(&bytes, &format!("synthetic dim 256 {ty:?}"));
+    }
+}

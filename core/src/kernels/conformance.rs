@@ -282,6 +282,12 @@ fn matmul(all: &mut Vec<Case>) {
             }
         }
     }
+    // No SIMD twin yet (the backends run the reference); the cases hold them to it when one comes.
+    for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+        for (rows, cols, tokens) in [(17, 256, 1), (9, 512, 3), (33, 1536, 2), (8, 256, 9)] {
+            all.push(matmul_case(ty, rows, cols, tokens, 3));
+        }
+    }
     for ty in [F32, F16, BF16] {
         for (rows, cols, tokens) in [
             (70, 576, 9),

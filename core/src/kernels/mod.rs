@@ -36,6 +36,9 @@ pub mod x86;
 #[allow(unsafe_code)] // disjoint output slices handed to threads
 pub mod tiles;
 
+use crate::quant::kquants::{
+    blocks_from_bytes, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, KBlock, TileK, QK_K,
+};
 use crate::quant::repack::{
     tile_rows, untile_row, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0, TILE_ROWS,
 };
@@ -72,6 +75,62 @@ pub enum MatrixData {
     Q5_0(Vec<TileQ5_0>),
     Q5_1(Vec<TileQ5_1>),
     Q8_0(Vec<TileQ8_0>),
+    /// A K-quant (super-blocks of 256), in tiles of 8 rows.
+    K(KMatrix),
+}
+
+/// The tiles of a K-quant matrix, one variant per type.
+#[derive(Debug, Clone)]
+#[allow(non_camel_case_types)]
+pub enum KMatrix {
+    Q2_K(Vec<TileK<BlockQ2K>>),
+    Q3_K(Vec<TileK<BlockQ3K>>),
+    Q4_K(Vec<TileK<BlockQ4K>>),
+    Q5_K(Vec<TileK<BlockQ5K>>),
+    Q6_K(Vec<TileK<BlockQ6K>>),
+}
+
+/// `$body` once for whichever K type `$k` holds, with `$t` bound to its tiles.
+macro_rules! with_k {
+    ($k:expr, $t:ident => $body:expr) => {
+        match $k {
+            KMatrix::Q2_K($t) => $body,
+            KMatrix::Q3_K($t) => $body,
+            KMatrix::Q4_K($t) => $body,
+            KMatrix::Q5_K($t) => $body,
+            KMatrix::Q6_K($t) => $body,
+        }
+    };
+}
+pub(crate) use with_k;
+
+impl KMatrix {
+    pub fn ty(&self) -> GgmlType {
+        match self {
+            KMatrix::Q2_K(_) => GgmlType::Q2_K,
+            KMatrix::Q3_K(_) => GgmlType::Q3_K,
+            KMatrix::Q4_K(_) => GgmlType::Q4_K,
+            KMatrix::Q5_K(_) => GgmlType::Q5_K,
+            KMatrix::Q6_K(_) => GgmlType::Q6_K,
+        }
+    }
+
+    /// Tiles of `rows` rows of `cols / 256` super-blocks from stored bytes.
+    fn from_bytes(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> KMatrix {
+        fn tiles<B: KBlock>(rows: usize, cols: usize, bytes: &[u8]) -> Vec<TileK<B>> {
+            let nb = cols / QK_K;
+            let blocks = blocks_from_bytes::<B>(bytes);
+            tile_rows::<TileK<B>>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb])
+        }
+        match ty {
+            GgmlType::Q2_K => KMatrix::Q2_K(tiles(rows, cols, bytes)),
+            GgmlType::Q3_K => KMatrix::Q3_K(tiles(rows, cols, bytes)),
+            GgmlType::Q4_K => KMatrix::Q4_K(tiles(rows, cols, bytes)),
+            GgmlType::Q5_K => KMatrix::Q5_K(tiles(rows, cols, bytes)),
+            GgmlType::Q6_K => KMatrix::Q6_K(tiles(rows, cols, bytes)),
+            _ => unreachable!("KMatrix::from_bytes is called for K-quant types only"),
+        }
+    }
 }
 
 impl Matrix {
@@ -85,6 +144,7 @@ impl Matrix {
             MatrixData::Q5_0(_) => GgmlType::Q5_0,
             MatrixData::Q5_1(_) => GgmlType::Q5_1,
             MatrixData::Q8_0(_) => GgmlType::Q8_0,
+            MatrixData::K(ref k) => k.ty(),
         }
     }
 
@@ -97,6 +157,7 @@ impl Matrix {
                 | MatrixData::Q5_0(_)
                 | MatrixData::Q5_1(_)
                 | MatrixData::Q8_0(_)
+                | MatrixData::K(_)
         )
     }
 
@@ -222,6 +283,9 @@ impl Matrix {
             GgmlType::Q5_0 => return Ok(Matrix::from_q5_0(rows, cols, &q5_0_from_bytes(bytes))),
             GgmlType::Q5_1 => return Ok(Matrix::from_q5_1(rows, cols, &q5_1_from_bytes(bytes))),
             GgmlType::Q8_0 => return Ok(Matrix::from_q8_0(rows, cols, &q8_0_from_bytes(bytes))),
+            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+                MatrixData::K(KMatrix::from_bytes(ty, rows, cols, bytes))
+            }
         };
         Ok(Matrix { rows, cols, data })
     }
@@ -250,6 +314,12 @@ impl Matrix {
             MatrixData::Q5_0(t) => dequantize_q5_0(&untile_row(t, nb, r), out),
             MatrixData::Q5_1(t) => dequantize_q5_1(&untile_row(t, nb, r), out),
             MatrixData::Q8_0(t) => dequantize_q8_0(&untile_row(t, nb, r), out),
+            MatrixData::K(k) => with_k!(k, t => {
+                let row = untile_row(t, c / QK_K, r);
+                for (b, o) in row.iter().zip(out.chunks_exact_mut(QK_K)) {
+                    b.dequantize(o.try_into().expect("a super-block of output"));
+                }
+            }),
         }
     }
 
@@ -323,6 +393,28 @@ impl Matrix {
             MatrixData::Q5_0(_) => each!(Q5_0, |ds: &[&[TileQ5_0]]| tiled(ds, nb, source)),
             MatrixData::Q5_1(_) => each!(Q5_1, |ds: &[&[TileQ5_1]]| tiled(ds, nb, source)),
             MatrixData::Q8_0(_) => each!(Q8_0, |ds: &[&[TileQ8_0]]| tiled(ds, nb, source)),
+            MatrixData::K(ref k) => {
+                let nbk = cols / QK_K;
+                macro_rules! each_k {
+                    ($variant:ident) => {{
+                        let ds: Vec<_> = parts
+                            .iter()
+                            .map(|m| match &m.data {
+                                MatrixData::K(KMatrix::$variant(d)) => &d[..],
+                                _ => unreachable!("types checked equal"),
+                            })
+                            .collect();
+                        MatrixData::K(KMatrix::$variant(tiled(&ds, nbk, source)))
+                    }};
+                }
+                match k {
+                    KMatrix::Q2_K(_) => each_k!(Q2_K),
+                    KMatrix::Q3_K(_) => each_k!(Q3_K),
+                    KMatrix::Q4_K(_) => each_k!(Q4_K),
+                    KMatrix::Q5_K(_) => each_k!(Q5_K),
+                    KMatrix::Q6_K(_) => each_k!(Q6_K),
+                }
+            }
         };
         Some(Matrix {
             rows: source.len(),
@@ -360,6 +452,7 @@ impl Matrix {
             MatrixData::Q5_0(d) => std::mem::size_of_val(&d[..]),
             MatrixData::Q5_1(d) => std::mem::size_of_val(&d[..]),
             MatrixData::Q8_0(d) => std::mem::size_of_val(&d[..]),
+            MatrixData::K(k) => with_k!(k, t => std::mem::size_of_val(&t[..])),
         }
     }
 }

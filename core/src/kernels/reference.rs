@@ -3,7 +3,8 @@
 //! return the same bits. Written for clarity, not speed; the order of every sum is normative.
 
 use super::math::exp;
-use super::{Input, Kernels, KvHead, KvSlice, Matrix, MatrixData};
+use super::{with_k, Input, KMatrix, Kernels, KvHead, KvSlice, Matrix, MatrixData};
+use crate::quant::kquants::{KBlock, QK_K};
 use crate::quant::repack::{Tile, TILE_ROWS};
 use crate::quant::{
     bf16_to_f32, f16_to_f32, q5_quants, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8Act,
@@ -192,6 +193,45 @@ pub fn dot_q8_0_q8(w: &[BlockQ8_0], x: &[BlockQ8Act]) -> f32 {
         .fold(0.0, |acc, (wb, xb)| step_q8_0(acc, wb, xb))
 }
 
+/// Rule 4 for the K-quants, one super-block against its 8 activation blocks: per 32-element
+/// sub-block in order, exact integers `iscaled = s0 * isum_0 + s1 * isum_1` and (types with
+/// minimums) `imin = m0 * sum_x0 + m1 * sum_x1` over its two 16-element halves, then
+/// `acc + ((iscaled as f32) * (d * dx) + (imin as f32) * (-dmin * dx))`, or without minimums
+/// `acc + (iscaled as f32) * (d * dx)` (ARCHITECTURE.md section 4, rule 4).
+#[inline(always)]
+fn step_k<B: KBlock>(mut acc: f32, wb: &B, xs: &[BlockQ8Act]) -> f32 {
+    let (d, dmin) = wb.scales();
+    let neg_dmin = -dmin;
+    for (sb, xb) in wb.sub_blocks().iter().zip(xs) {
+        let (mut isum, mut sum_x) = ([0i32; 2], [0i32; 2]);
+        for (i, (&q, &x)) in sb.q.iter().zip(&xb.qs).enumerate() {
+            isum[i / 16] += q as i32 * x as i32;
+            sum_x[i / 16] += x as i32;
+        }
+        let iscaled = sb.scale[0] * isum[0] + sb.scale[1] * isum[1];
+        let dx = xb.d;
+        acc = if B::HAS_MIN {
+            let imin = sb.min[0] * sum_x[0] + sb.min[1] * sum_x[1];
+            acc + (iscaled as f32 * (d * dx) + imin as f32 * (neg_dmin * dx))
+        } else {
+            acc + iscaled as f32 * (d * dx)
+        };
+    }
+    acc
+}
+
+/// Rule 4 for a K-quant row: super-blocks in order, each against 8 activation blocks.
+pub fn dot_k_q8<B: KBlock>(w: &[B], x: &[BlockQ8Act]) -> f32 {
+    assert_eq!(
+        w.len() * QK_K / QK,
+        x.len(),
+        "dot_k_q8: block counts differ"
+    );
+    w.iter()
+        .zip(x.chunks_exact(QK_K / QK))
+        .fold(0.0, |acc, (wb, xs)| step_k(acc, wb, xs))
+}
+
 /// Rule 4 over a row of a tiled matrix: row r is lane r % 8 of the tiles of group r / 8, blocks
 /// in order, exactly the sequence of the `dot_*_q8` above.
 #[inline(always)]
@@ -247,6 +287,15 @@ pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
                 }
                 (MatrixData::Q8_0(d), Input::Q8(x)) => {
                     dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q8_0)
+                }
+                (MatrixData::K(k), Input::Q8(x)) => {
+                    let xt = &x[t * nb..(t + 1) * nb];
+                    let (g, lane) = (r / TILE_ROWS, r % TILE_ROWS);
+                    let nbk = cols / QK_K;
+                    with_k!(k, d => d[g * nbk..(g + 1) * nbk]
+                        .iter()
+                        .zip(xt.chunks_exact(QK_K / QK))
+                        .fold(0.0, |acc, (tile, xs)| step_k(acc, &tile.block(lane), xs)))
                 }
                 _ => panic!("matmul: weight type and activation type do not match"),
             };
@@ -415,5 +464,55 @@ fn attention_by<T: Copy>(
     }
     for o in out.iter_mut() {
         *o = *o / l;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testdata::{k_blocks, Rng};
+    use crate::quant::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+
+    /// Rule 4's integer formulation of a K-quant dot agrees with the dot of the dequantized
+    /// weights (llama.cpp's values) and the dequantized activations, computed in f64.
+    fn k_dot_matches_dequantized<B: KBlock>(seed: u64) {
+        let mut rng = Rng::new(seed, 0);
+        let n = 6;
+        let mut w = k_blocks::<B>(&mut rng, n);
+        for b in &mut w {
+            // Ordinary scales: the edge values of k_blocks make inf / NaN, not a comparison.
+            b.set_scales(0x2c00, 0x2800);
+        }
+        let x: Vec<f32> = (0..n * QK_K)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+            .collect();
+        let mut q8 = vec![BlockQ8Act::default(); n * QK_K / QK];
+        quantize_q8(&x, &mut q8);
+        let got = dot_k_q8(&w, &q8) as f64;
+        let mut want = 0.0f64;
+        for (b, blocks) in w.iter().zip(q8.chunks_exact(QK_K / QK)) {
+            let mut v = [0.0f32; QK_K];
+            b.dequantize(&mut v);
+            for (i, &wv) in v.iter().enumerate() {
+                let xb = &blocks[i / QK];
+                want += wv as f64 * (xb.d as f64 * xb.qs[i % QK] as f64);
+            }
+        }
+        assert!(
+            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+            "{}: rule 4 {got}, dequantized {want}",
+            std::any::type_name::<B>()
+        );
+    }
+
+    #[test]
+    fn k_quant_dots_agree_with_the_dequantized_values_q2_k_q3_k_q4_k_q5_k_q6_k() {
+        for seed in 1..6 {
+            k_dot_matches_dequantized::<BlockQ2K>(seed);
+            k_dot_matches_dequantized::<BlockQ3K>(seed);
+            k_dot_matches_dequantized::<BlockQ4K>(seed);
+            k_dot_matches_dequantized::<BlockQ5K>(seed);
+            k_dot_matches_dequantized::<BlockQ6K>(seed);
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::kernels::math::{EXP_OVERFLOW, EXP_UNDERFLOW};
 use crate::kernels::{Matrix, MatrixData};
+use crate::quant::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, KBlock, QK_K};
 use crate::quant::{
     f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlType, QK,
 };
@@ -164,6 +165,33 @@ pub fn q8_0_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ8_0> {
         .collect()
 }
 
+/// K-quant super-blocks: random quants and sub-block scales, [`Rng::scale_f16`] super-block
+/// scales (the minimum scale negated now and then).
+pub fn k_blocks<B: KBlock>(rng: &mut Rng, n: usize) -> Vec<B> {
+    (0..n)
+        .map(|_| {
+            let bytes: Vec<u8> = (0..B::BYTES)
+                .map(|_| match rng.below(16) {
+                    0 => 0xff,
+                    1 => 0x00,
+                    _ => rng.next_u64() as u8,
+                })
+                .collect();
+            let mut b = B::from_bytes(&bytes);
+            let (d, dmin) = (rng.scale_f16(), rng.scale_f16());
+            b.set_scales(
+                d,
+                if rng.below(4) == 0 {
+                    dmin ^ 0x8000
+                } else {
+                    dmin
+                },
+            );
+            b
+        })
+        .collect()
+}
+
 /// A `rows` x `cols` matrix of type `ty` from the generators above (quantized ones tiled).
 pub fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Matrix {
     let n = rows * cols;
@@ -187,8 +215,22 @@ pub fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> M
         GgmlType::Q5_0 => return Matrix::from_q5_0(rows, cols, &q5_0_blocks(rng, nb)),
         GgmlType::Q5_1 => return Matrix::from_q5_1(rows, cols, &q5_1_blocks(rng, nb)),
         GgmlType::Q8_0 => return Matrix::from_q8_0(rows, cols, &q8_0_blocks(rng, nb)),
+        GgmlType::Q2_K => return k_matrix::<BlockQ2K>(rng, ty, rows, cols),
+        GgmlType::Q3_K => return k_matrix::<BlockQ3K>(rng, ty, rows, cols),
+        GgmlType::Q4_K => return k_matrix::<BlockQ4K>(rng, ty, rows, cols),
+        GgmlType::Q5_K => return k_matrix::<BlockQ5K>(rng, ty, rows, cols),
+        GgmlType::Q6_K => return k_matrix::<BlockQ6K>(rng, ty, rows, cols),
     };
     Matrix { rows, cols, data }
+}
+
+fn k_matrix<B: KBlock>(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Matrix {
+    let blocks = k_blocks::<B>(rng, rows * cols / QK_K);
+    let mut bytes = Vec::new();
+    for b in &blocks {
+        b.to_bytes(&mut bytes);
+    }
+    Matrix::from_bytes("random", ty, rows, cols, &bytes).expect("whole super-blocks")
 }
 
 /// Activations of `tokens` x `cols`; some blocks all zero, some with one huge value, some at

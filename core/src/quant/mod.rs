@@ -1,12 +1,16 @@
 //! Tensor element types and the GGUF block formats, with llama.cpp's reference quantizers
 //! (same bytes as llama-quantize writes) and exact dequantizers. Reference code, not optimized.
 
+pub mod kquants;
 pub mod repack;
 
 pub use half::{bf16, f16};
 
+use kquants::KBlock;
+
 /// GGML tensor types that inferno computes with. Other ids are named in errors only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
 pub enum GgmlType {
     F32,
     F16,
@@ -15,6 +19,11 @@ pub enum GgmlType {
     Q5_0,
     Q5_1,
     Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
     BF16,
 }
 
@@ -25,6 +34,9 @@ impl GgmlType {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
                 QK
+            }
+            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+                kquants::QK_K
             }
         }
     }
@@ -39,6 +51,11 @@ impl GgmlType {
             GgmlType::Q5_0 => std::mem::size_of::<BlockQ5_0>(),
             GgmlType::Q5_1 => std::mem::size_of::<BlockQ5_1>(),
             GgmlType::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
+            GgmlType::Q2_K => kquants::BlockQ2K::BYTES,
+            GgmlType::Q3_K => kquants::BlockQ3K::BYTES,
+            GgmlType::Q4_K => kquants::BlockQ4K::BYTES,
+            GgmlType::Q5_K => kquants::BlockQ5K::BYTES,
+            GgmlType::Q6_K => kquants::BlockQ6K::BYTES,
         }
     }
 
@@ -52,6 +69,11 @@ impl GgmlType {
             GgmlType::Q5_0 => 6,
             GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
+            GgmlType::Q2_K => 10,
+            GgmlType::Q3_K => 11,
+            GgmlType::Q4_K => 12,
+            GgmlType::Q5_K => 13,
+            GgmlType::Q6_K => 14,
             GgmlType::BF16 => 30,
         }
     }
@@ -66,6 +88,11 @@ impl GgmlType {
             6 => GgmlType::Q5_0,
             7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
+            10 => GgmlType::Q2_K,
+            11 => GgmlType::Q3_K,
+            12 => GgmlType::Q4_K,
+            13 => GgmlType::Q5_K,
+            14 => GgmlType::Q6_K,
             30 => GgmlType::BF16,
             _ => return None,
         })
@@ -264,7 +291,10 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 
 /// llama.cpp's `quantize_row_q4_0_ref`.
 pub fn quantize_q4_0(x: &[f32]) -> Vec<BlockQ4_0> {
-    assert!(x.len().is_multiple_of(QK), "Q4_0 rows hold whole 32-element blocks");
+    assert!(
+        x.len().is_multiple_of(QK),
+        "Q4_0 rows hold whole 32-element blocks"
+    );
     x.chunks_exact(QK)
         .map(|xb| {
             // The element of largest magnitude, with its sign: d maps it to -8 exactly.
@@ -296,7 +326,10 @@ pub fn quantize_q4_0(x: &[f32]) -> Vec<BlockQ4_0> {
 
 /// llama.cpp's `quantize_row_q4_1_ref`.
 pub fn quantize_q4_1(x: &[f32]) -> Vec<BlockQ4_1> {
-    assert!(x.len().is_multiple_of(QK), "Q4_1 rows hold whole 32-element blocks");
+    assert!(
+        x.len().is_multiple_of(QK),
+        "Q4_1 rows hold whole 32-element blocks"
+    );
     x.chunks_exact(QK)
         .map(|xb| {
             let mut min = f32::MAX;
@@ -326,7 +359,10 @@ pub fn quantize_q4_1(x: &[f32]) -> Vec<BlockQ4_1> {
 
 /// llama.cpp's `quantize_row_q5_0_ref`.
 pub fn quantize_q5_0(x: &[f32]) -> Vec<BlockQ5_0> {
-    assert!(x.len().is_multiple_of(QK), "Q5_0 rows hold whole 32-element blocks");
+    assert!(
+        x.len().is_multiple_of(QK),
+        "Q5_0 rows hold whole 32-element blocks"
+    );
     x.chunks_exact(QK)
         .map(|xb| {
             let mut amax = 0.0f32;
@@ -353,7 +389,10 @@ pub fn quantize_q5_0(x: &[f32]) -> Vec<BlockQ5_0> {
 
 /// llama.cpp's `quantize_row_q5_1_ref`.
 pub fn quantize_q5_1(x: &[f32]) -> Vec<BlockQ5_1> {
-    assert!(x.len().is_multiple_of(QK), "Q5_1 rows hold whole 32-element blocks");
+    assert!(
+        x.len().is_multiple_of(QK),
+        "Q5_1 rows hold whole 32-element blocks"
+    );
     x.chunks_exact(QK)
         .map(|xb| {
             let mut min = f32::MAX;
@@ -379,7 +418,10 @@ pub fn quantize_q5_1(x: &[f32]) -> Vec<BlockQ5_1> {
 
 /// llama.cpp's `quantize_row_q8_0_ref`.
 pub fn quantize_q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
-    assert!(x.len().is_multiple_of(QK), "Q8_0 rows hold whole 32-element blocks");
+    assert!(
+        x.len().is_multiple_of(QK),
+        "Q8_0 rows hold whole 32-element blocks"
+    );
     x.chunks_exact(QK)
         .map(|xb| {
             let amax = xb
@@ -577,6 +619,11 @@ pub fn dequantize_bytes(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
         GgmlType::Q5_0 => blocks_to_f32(bytes, q5_0_from_bytes, dequantize_q5_0),
         GgmlType::Q5_1 => blocks_to_f32(bytes, q5_1_from_bytes, dequantize_q5_1),
         GgmlType::Q8_0 => blocks_to_f32(bytes, q8_0_from_bytes, dequantize_q8_0),
+        GgmlType::Q2_K => kquants::dequantize_bytes::<kquants::BlockQ2K>(bytes),
+        GgmlType::Q3_K => kquants::dequantize_bytes::<kquants::BlockQ3K>(bytes),
+        GgmlType::Q4_K => kquants::dequantize_bytes::<kquants::BlockQ4K>(bytes),
+        GgmlType::Q5_K => kquants::dequantize_bytes::<kquants::BlockQ5K>(bytes),
+        GgmlType::Q6_K => kquants::dequantize_bytes::<kquants::BlockQ6K>(bytes),
     }
 }
 
@@ -593,9 +640,10 @@ fn blocks_to_f32<B>(
 }
 
 /// Encodes f32 values as raw little-endian tensor bytes of `ty` (quantizing with llama.cpp's
-/// reference quantizers). `x.len()` must be a whole number of blocks.
-pub fn quantize_bytes(ty: GgmlType, x: &[f32]) -> Vec<u8> {
-    match ty {
+/// reference quantizers). `x.len()` must be a whole number of blocks. The K-quants have no
+/// quantizer yet: an error naming the type.
+pub fn quantize_bytes(ty: GgmlType, x: &[f32]) -> crate::Result<Vec<u8>> {
+    Ok(match ty {
         GgmlType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
         GgmlType::F16 => x
             .iter()
@@ -610,7 +658,13 @@ pub fn quantize_bytes(ty: GgmlType, x: &[f32]) -> Vec<u8> {
         GgmlType::Q5_0 => q5_0_to_bytes(&quantize_q5_0(x)),
         GgmlType::Q5_1 => q5_1_to_bytes(&quantize_q5_1(x)),
         GgmlType::Q8_0 => q8_0_to_bytes(&quantize_q8_0(x)),
-    }
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            return Err(crate::Error::InvalidArgument(format!(
+                "quantizing to {} is not supported yet (K-quant files load and run)",
+                ty.name()
+            )))
+        }
+    })
 }
 
 #[cfg(test)]

@@ -150,6 +150,8 @@ macro_rules! backend {
                         (MatrixData::BF16(d), Input::F32(x)) => {
                             common::matmul_f::<BF16Lanes>(d, cols, first_row, x, out)
                         }
+                        // The K-quants have no SIMD twin yet: the reference computes them (same bits).
+                        (MatrixData::K(_), Input::Q8(_)) => crate::kernels::reference::matmul(w, first_row, x, out),
                         _ => panic!("matmul: weight type and activation type do not match"),
                     }
                 }

@@ -1,0 +1,613 @@
+//! The K-quants (GGUF spec, llama.cpp's `block_q*_K`): super-blocks of [`QK_K`] = 256 elements
+//! with per-sub-block scales (and for Q2_K, Q4_K, Q5_K, minimums) quantized against one or two
+//! f16 super-block scales. Block structs as stored, byte decoding, and dequantization exactly as
+//! llama.cpp's `dequantize_row_q*_K` (checked against the `gguf` Python package by
+//! tests/tests/gguf_reference.rs). [`KBlock::sub_blocks`] gives what the row dot of rule 4
+//! reads: each 32-element sub-block's integer quants and its scale factors.
+
+use super::f16_to_f32;
+
+/// Elements per K-quant super-block.
+pub const QK_K: usize = 256;
+
+/// Q2_K: 16 sub-blocks of 16, 2-bit quants, 4-bit scale and 4-bit minimum per sub-block.
+/// value = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ2K {
+    pub scales: [u8; QK_K / 16],
+    pub qs: [u8; QK_K / 4],
+    pub d: u16,
+    pub dmin: u16,
+}
+const _: () = assert!(std::mem::size_of::<BlockQ2K>() == 84);
+
+/// Q3_K: 16 sub-blocks of 16, 3-bit quants (2 low bits in `qs`, the high bit in `hmask`, set
+/// meaning "no -4"), 6-bit scales (packed in 12 bytes) offset by 32. value = d * (sc - 32) * q.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ3K {
+    pub hmask: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 4],
+    pub scales: [u8; 12],
+    pub d: u16,
+}
+const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 110);
+
+/// Q4_K: 8 sub-blocks of 32, 4-bit quants, 6-bit scales and minimums packed in 12 bytes.
+/// value = d * sc * q - dmin * m.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ4K {
+    pub d: u16,
+    pub dmin: u16,
+    pub scales: [u8; 12],
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
+
+/// Q5_K: Q4_K with a fifth bit per quant in `qh`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ5K {
+    pub d: u16,
+    pub dmin: u16,
+    pub scales: [u8; 12],
+    pub qh: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
+
+/// Q6_K: 16 sub-blocks of 16, 6-bit quants (4 low bits in `ql`, 2 high in `qh`) offset by 32,
+/// i8 scales. value = d * sc * (q - 32).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ6K {
+    pub ql: [u8; QK_K / 2],
+    pub qh: [u8; QK_K / 4],
+    pub scales: [i8; QK_K / 16],
+    pub d: u16,
+}
+const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
+
+/// One 32-element sub-block as the row dot reads it: `q` the integer quants (offsets applied,
+/// so every value is in i8), and how its two 16-element halves are scaled. The value of
+/// element i of half h is `(scale_int[h] * q[i]) * d - min_int[h] * dmin` in exact arithmetic;
+/// see [`KBlock::sub_blocks`] for the f32 factors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubBlock {
+    pub q: [i8; 32],
+    /// Integer scale of each 16-element half (equal for the 32-element sub-blocks of Q4_K and
+    /// Q5_K).
+    pub scale: [i32; 2],
+    /// Integer minimum of each half (0 for Q3_K and Q6_K).
+    pub min: [i32; 2],
+}
+
+/// What every K-quant block offers the kernels and the loader.
+pub trait KBlock: Copy + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static {
+    const BYTES: usize;
+    /// Whether values subtract `dmin * min` (Q2_K, Q4_K, Q5_K).
+    const HAS_MIN: bool;
+    /// A block of zeros (d = 0): the padding of a tile.
+    const ZERO: Self;
+    fn from_bytes(b: &[u8]) -> Self;
+    fn to_bytes(&self, out: &mut Vec<u8>);
+    /// (d, dmin) as f32 (dmin 0 for the types without minimums).
+    fn scales(&self) -> (f32, f32);
+    /// Sets the f16 super-block scale and (if the type has one) minimum scale.
+    fn set_scales(&mut self, d: u16, dmin: u16);
+    /// The 8 sub-blocks of 32 elements, in element order.
+    fn sub_blocks(&self) -> [SubBlock; 8];
+    /// llama.cpp's `dequantize_row_q*_K` for one block.
+    fn dequantize(&self, out: &mut [f32; QK_K]);
+}
+
+/// llama.cpp's `get_scale_min_k4`: the 6-bit scale and minimum of sub-block j of Q4_K / Q5_K.
+#[inline(always)]
+pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Q3_K's 16 scales (0..=63, before the -32), unpacked from 12 bytes as llama.cpp does.
+pub fn q3k_scales(packed: &[u8; 12]) -> [i8; 16] {
+    let word = |i: usize| u32::from_le_bytes(packed[4 * i..4 * i + 4].try_into().unwrap());
+    let (a0, a1, tmp) = (word(0), word(1), word(2));
+    const K1: u32 = 0x0303_0303;
+    const K2: u32 = 0x0f0f_0f0f;
+    let aux = [
+        (a0 & K2) | ((tmp & K1) << 4),
+        (a1 & K2) | (((tmp >> 2) & K1) << 4),
+        ((a0 >> 4) & K2) | (((tmp >> 4) & K1) << 4),
+        ((a1 >> 4) & K2) | (((tmp >> 6) & K1) << 4),
+    ];
+    std::array::from_fn(|i| aux[i / 4].to_le_bytes()[i % 4] as i8)
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+impl Default for BlockQ2K {
+    fn default() -> Self {
+        <Self as KBlock>::ZERO
+    }
+}
+
+impl KBlock for BlockQ2K {
+    const BYTES: usize = 84;
+    const HAS_MIN: bool = true;
+    const ZERO: Self = BlockQ2K {
+        scales: [0; 16],
+        qs: [0; 64],
+        d: 0,
+        dmin: 0,
+    };
+    fn from_bytes(b: &[u8]) -> Self {
+        BlockQ2K {
+            scales: b[0..16].try_into().unwrap(),
+            qs: b[16..80].try_into().unwrap(),
+            d: u16_at(b, 80),
+            dmin: u16_at(b, 82),
+        }
+    }
+    fn to_bytes(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.scales);
+        out.extend_from_slice(&self.qs);
+        out.extend_from_slice(&self.d.to_le_bytes());
+        out.extend_from_slice(&self.dmin.to_le_bytes());
+    }
+    fn set_scales(&mut self, d: u16, dmin: u16) {
+        self.d = d;
+        self.dmin = dmin;
+    }
+    fn scales(&self) -> (f32, f32) {
+        (f16_to_f32(self.d), f16_to_f32(self.dmin))
+    }
+    /// Element 128n + 32j + l: bits 2j.. of qs[32n + l]; sub-block 16-half s = 8n + 2j + l / 16.
+    fn sub_blocks(&self) -> [SubBlock; 8] {
+        std::array::from_fn(|b| {
+            let (n, j) = (b / 4, b % 4);
+            let half = |h: usize| self.scales[8 * n + 2 * j + h];
+            SubBlock {
+                q: std::array::from_fn(|l| ((self.qs[32 * n + l] >> (2 * j)) & 3) as i8),
+                scale: [(half(0) & 15) as i32, (half(1) & 15) as i32],
+                min: [(half(0) >> 4) as i32, (half(1) >> 4) as i32],
+            }
+        })
+    }
+    fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let (d, min) = self.scales();
+        let mut y = 0;
+        let mut is = 0;
+        for n in 0..2 {
+            let q = &self.qs[32 * n..32 * n + 32];
+            for shift in [0, 2, 4, 6] {
+                for half in 0..2 {
+                    let sc = self.scales[is];
+                    is += 1;
+                    let (dl, ml) = (d * (sc & 0xf) as f32, min * (sc >> 4) as f32);
+                    for l in 0..16 {
+                        out[y] = dl * ((q[16 * half + l] >> shift) & 3) as f32 - ml;
+                        y += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Default for BlockQ3K {
+    fn default() -> Self {
+        <Self as KBlock>::ZERO
+    }
+}
+
+impl KBlock for BlockQ3K {
+    const BYTES: usize = 110;
+    const HAS_MIN: bool = false;
+    const ZERO: Self = BlockQ3K {
+        hmask: [0; 32],
+        qs: [0; 64],
+        scales: [0; 12],
+        d: 0,
+    };
+    fn from_bytes(b: &[u8]) -> Self {
+        BlockQ3K {
+            hmask: b[0..32].try_into().unwrap(),
+            qs: b[32..96].try_into().unwrap(),
+            scales: b[96..108].try_into().unwrap(),
+            d: u16_at(b, 108),
+        }
+    }
+    fn to_bytes(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.hmask);
+        out.extend_from_slice(&self.qs);
+        out.extend_from_slice(&self.scales);
+        out.extend_from_slice(&self.d.to_le_bytes());
+    }
+    fn set_scales(&mut self, d: u16, dmin: u16) {
+        self.d = d;
+        let _ = dmin;
+    }
+    fn scales(&self) -> (f32, f32) {
+        (f16_to_f32(self.d), 0.0)
+    }
+    /// As Q2_K's layout; the high bit of element 128n + 32j + l is bit 4n + j of hmask[l].
+    fn sub_blocks(&self) -> [SubBlock; 8] {
+        let sc = q3k_scales(&self.scales);
+        std::array::from_fn(|b| {
+            let (n, j) = (b / 4, b % 4);
+            let m = 1u8 << (4 * n + j);
+            SubBlock {
+                q: std::array::from_fn(|l| {
+                    let low = ((self.qs[32 * n + l] >> (2 * j)) & 3) as i8;
+                    low - if self.hmask[l] & m != 0 { 0 } else { 4 }
+                }),
+                scale: [
+                    sc[8 * n + 2 * j] as i32 - 32,
+                    sc[8 * n + 2 * j + 1] as i32 - 32,
+                ],
+                min: [0, 0],
+            }
+        })
+    }
+    fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let d_all = f16_to_f32(self.d);
+        let sc = q3k_scales(&self.scales);
+        let mut y = 0;
+        let mut is = 0;
+        let mut m = 1u8;
+        for n in 0..2 {
+            let q = &self.qs[32 * n..32 * n + 32];
+            for shift in [0, 2, 4, 6] {
+                for half in 0..2 {
+                    let dl = d_all * (sc[is] as i32 - 32) as f32;
+                    is += 1;
+                    for l in 0..16 {
+                        let i = 16 * half + l;
+                        let low = ((q[i] >> shift) & 3) as i8;
+                        let v = low - if self.hmask[i] & m != 0 { 0 } else { 4 };
+                        out[y] = dl * v as f32;
+                        y += 1;
+                    }
+                }
+                m <<= 1;
+            }
+        }
+    }
+}
+
+impl Default for BlockQ4K {
+    fn default() -> Self {
+        <Self as KBlock>::ZERO
+    }
+}
+
+impl KBlock for BlockQ4K {
+    const BYTES: usize = 144;
+    const HAS_MIN: bool = true;
+    const ZERO: Self = BlockQ4K {
+        d: 0,
+        dmin: 0,
+        scales: [0; 12],
+        qs: [0; 128],
+    };
+    fn from_bytes(b: &[u8]) -> Self {
+        BlockQ4K {
+            d: u16_at(b, 0),
+            dmin: u16_at(b, 2),
+            scales: b[4..16].try_into().unwrap(),
+            qs: b[16..144].try_into().unwrap(),
+        }
+    }
+    fn to_bytes(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_le_bytes());
+        out.extend_from_slice(&self.dmin.to_le_bytes());
+        out.extend_from_slice(&self.scales);
+        out.extend_from_slice(&self.qs);
+    }
+    fn set_scales(&mut self, d: u16, dmin: u16) {
+        self.d = d;
+        self.dmin = dmin;
+    }
+    fn scales(&self) -> (f32, f32) {
+        (f16_to_f32(self.d), f16_to_f32(self.dmin))
+    }
+    /// Element 64c + l (l < 32): low nibble of qs[32c + l]; 64c + 32 + l: its high nibble.
+    fn sub_blocks(&self) -> [SubBlock; 8] {
+        std::array::from_fn(|j| {
+            let (c, high) = (j / 2, j % 2 == 1);
+            let (sc, m) = scale_min_k4(j, &self.scales);
+            SubBlock {
+                q: std::array::from_fn(|l| {
+                    let byte = self.qs[32 * c + l];
+                    (if high { byte >> 4 } else { byte & 15 }) as i8
+                }),
+                scale: [sc as i32; 2],
+                min: [m as i32; 2],
+            }
+        })
+    }
+    fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let (d, min) = self.scales();
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, &self.scales);
+            let (d1, m1) = (d * sc as f32, min * m as f32);
+            let (c, high) = (j / 2, j % 2 == 1);
+            for l in 0..32 {
+                let byte = self.qs[32 * c + l];
+                let q = if high { byte >> 4 } else { byte & 15 };
+                out[32 * j + l] = d1 * q as f32 - m1;
+            }
+        }
+    }
+}
+
+impl Default for BlockQ5K {
+    fn default() -> Self {
+        <Self as KBlock>::ZERO
+    }
+}
+
+impl KBlock for BlockQ5K {
+    const BYTES: usize = 176;
+    const HAS_MIN: bool = true;
+    const ZERO: Self = BlockQ5K {
+        d: 0,
+        dmin: 0,
+        scales: [0; 12],
+        qh: [0; 32],
+        qs: [0; 128],
+    };
+    fn from_bytes(b: &[u8]) -> Self {
+        BlockQ5K {
+            d: u16_at(b, 0),
+            dmin: u16_at(b, 2),
+            scales: b[4..16].try_into().unwrap(),
+            qh: b[16..48].try_into().unwrap(),
+            qs: b[48..176].try_into().unwrap(),
+        }
+    }
+    fn to_bytes(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_le_bytes());
+        out.extend_from_slice(&self.dmin.to_le_bytes());
+        out.extend_from_slice(&self.scales);
+        out.extend_from_slice(&self.qh);
+        out.extend_from_slice(&self.qs);
+    }
+    fn set_scales(&mut self, d: u16, dmin: u16) {
+        self.d = d;
+        self.dmin = dmin;
+    }
+    fn scales(&self) -> (f32, f32) {
+        (f16_to_f32(self.d), f16_to_f32(self.dmin))
+    }
+    /// Q4_K's layout; bit 4 of sub-block j's element l is bit j of qh[l].
+    fn sub_blocks(&self) -> [SubBlock; 8] {
+        std::array::from_fn(|j| {
+            let (c, high) = (j / 2, j % 2 == 1);
+            let (sc, m) = scale_min_k4(j, &self.scales);
+            SubBlock {
+                q: std::array::from_fn(|l| {
+                    let byte = self.qs[32 * c + l];
+                    let low = if high { byte >> 4 } else { byte & 15 };
+                    (low | (((self.qh[l] >> j) & 1) << 4)) as i8
+                }),
+                scale: [sc as i32; 2],
+                min: [m as i32; 2],
+            }
+        })
+    }
+    fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let (d, min) = self.scales();
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, &self.scales);
+            let (d1, m1) = (d * sc as f32, min * m as f32);
+            let (c, high) = (j / 2, j % 2 == 1);
+            for l in 0..32 {
+                let byte = self.qs[32 * c + l];
+                let low = if high { byte >> 4 } else { byte & 15 };
+                let q = low as u32 + if self.qh[l] & (1 << j) != 0 { 16 } else { 0 };
+                out[32 * j + l] = d1 * q as f32 - m1;
+            }
+        }
+    }
+}
+
+impl Default for BlockQ6K {
+    fn default() -> Self {
+        <Self as KBlock>::ZERO
+    }
+}
+
+impl KBlock for BlockQ6K {
+    const BYTES: usize = 210;
+    const HAS_MIN: bool = false;
+    const ZERO: Self = BlockQ6K {
+        ql: [0; 128],
+        qh: [0; 64],
+        scales: [0; 16],
+        d: 0,
+    };
+    fn from_bytes(b: &[u8]) -> Self {
+        BlockQ6K {
+            ql: b[0..128].try_into().unwrap(),
+            qh: b[128..192].try_into().unwrap(),
+            scales: std::array::from_fn(|i| b[192 + i] as i8),
+            d: u16_at(b, 208),
+        }
+    }
+    fn to_bytes(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.ql);
+        out.extend_from_slice(&self.qh);
+        out.extend(self.scales.iter().map(|&s| s as u8));
+        out.extend_from_slice(&self.d.to_le_bytes());
+    }
+    fn set_scales(&mut self, d: u16, dmin: u16) {
+        self.d = d;
+        let _ = dmin;
+    }
+    fn scales(&self) -> (f32, f32) {
+        (f16_to_f32(self.d), 0.0)
+    }
+    /// Element 128n + 32k + l: the low (k < 2) or high nibble of ql[64n + 32(k % 2) + l], bits
+    /// 2k.. of qh[32n + l] on top, minus 32; scale of its half: scales[8n + 2k + l / 16].
+    fn sub_blocks(&self) -> [SubBlock; 8] {
+        std::array::from_fn(|b| {
+            let (n, k) = (b / 4, b % 4);
+            SubBlock {
+                q: std::array::from_fn(|l| {
+                    let byte = self.ql[64 * n + 32 * (k % 2) + l];
+                    let low = if k < 2 { byte & 15 } else { byte >> 4 };
+                    let high = (self.qh[32 * n + l] >> (2 * k)) & 3;
+                    (low | (high << 4)) as i8 - 32
+                }),
+                scale: [
+                    self.scales[8 * n + 2 * k] as i32,
+                    self.scales[8 * n + 2 * k + 1] as i32,
+                ],
+                min: [0, 0],
+            }
+        })
+    }
+    fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let d = f16_to_f32(self.d);
+        for n in 0..2 {
+            let (ql, qh, sc) = (
+                &self.ql[64 * n..],
+                &self.qh[32 * n..],
+                &self.scales[8 * n..],
+            );
+            let y = &mut out[128 * n..128 * n + 128];
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i8 - 32;
+                let q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                y[l] = d * sc[is] as f32 * q1 as f32;
+                y[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
+                y[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
+                y[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
+            }
+        }
+    }
+}
+
+/// Stored bytes -> blocks (`bytes.len()` a multiple of the block size, checked by the caller).
+pub fn blocks_from_bytes<B: KBlock>(bytes: &[u8]) -> Vec<B> {
+    bytes.chunks_exact(B::BYTES).map(B::from_bytes).collect()
+}
+
+/// Stored bytes -> values.
+pub fn dequantize_bytes<B: KBlock>(bytes: &[u8]) -> Vec<f32> {
+    let mut out = vec![0.0f32; bytes.len() / B::BYTES * QK_K];
+    for (b, o) in blocks_from_bytes::<B>(bytes)
+        .iter()
+        .zip(out.chunks_exact_mut(QK_K))
+    {
+        b.dequantize(o.try_into().unwrap());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    }
+
+    /// The sub-block view gives exactly the dequantized values (in exact arithmetic: the
+    /// scales here are small powers of two, so the f32 products are exact).
+    fn check_sub_blocks<B: KBlock>(seed: u64, set_scales: impl Fn(&mut Vec<u8>)) {
+        let mut raw = bytes(B::BYTES, seed);
+        set_scales(&mut raw);
+        let b = B::from_bytes(&raw);
+        let mut back = Vec::new();
+        b.to_bytes(&mut back);
+        assert_eq!(back, raw, "bytes round trip");
+        let mut want = [0.0f32; QK_K];
+        b.dequantize(&mut want);
+        let (d, dmin) = b.scales();
+        for (s, sb) in b.sub_blocks().iter().enumerate() {
+            for (i, &q) in sb.q.iter().enumerate() {
+                let h = i / 16;
+                let v = d * (sb.scale[h] * q as i32) as f32 - dmin * sb.min[h] as f32;
+                assert_eq!(v, want[32 * s + i], "sub-block {s} element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn sub_blocks_equal_dequantization_q2_k_q3_k_q4_k_q5_k_q6_k() {
+        // d = 0.5 and dmin = 0.25 as f16, at the fields' offsets.
+        let (half, quarter) = (0x3800u16.to_le_bytes(), 0x3400u16.to_le_bytes());
+        for seed in 1..20 {
+            check_sub_blocks::<BlockQ2K>(seed, |r| {
+                r[80..82].copy_from_slice(&half);
+                r[82..84].copy_from_slice(&quarter);
+            });
+            check_sub_blocks::<BlockQ3K>(seed, |r| r[108..110].copy_from_slice(&half));
+            check_sub_blocks::<BlockQ4K>(seed, |r| {
+                r[0..2].copy_from_slice(&half);
+                r[2..4].copy_from_slice(&quarter);
+            });
+            check_sub_blocks::<BlockQ5K>(seed, |r| {
+                r[0..2].copy_from_slice(&half);
+                r[2..4].copy_from_slice(&quarter);
+            });
+            check_sub_blocks::<BlockQ6K>(seed, |r| r[208..210].copy_from_slice(&half));
+        }
+    }
+
+    #[test]
+    fn scale_min_k4_unpacks_the_6_bit_fields() {
+        let mut q = [0u8; 12];
+        q[0] = 0b11_000101; // sc0 = 5, top bits of sc4 = 3
+        q[4] = 0b10_001001; // m0 = 9, top bits of m4 = 2
+        q[8] = 0x7a; // sc4 low = 0xa, m4 low = 7
+        assert_eq!(scale_min_k4(0, &q), (5, 9));
+        assert_eq!(scale_min_k4(4, &q), (0xa | (3 << 4), 7 | (2 << 4)));
+    }
+}
+
+/// Block b of 8 rows of a K-quant matrix: the rows' super-blocks side by side (lane r = row
+/// 8g + r). The reference reads them as stored; the SIMD twins of the K-quants will define
+/// their interleaved layout here.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileK<B: KBlock> {
+    pub rows: [B; super::repack::TILE_ROWS],
+}
+
+impl<B: KBlock> super::repack::Tile for TileK<B> {
+    type Block = B;
+    const ZERO: Self = TileK {
+        rows: [B::ZERO; super::repack::TILE_ROWS],
+    };
+    #[inline(always)]
+    fn block(&self, lane: usize) -> B {
+        self.rows[lane]
+    }
+    fn set_block(&mut self, lane: usize, block: &B) {
+        self.rows[lane] = *block;
+    }
+}
