@@ -131,6 +131,45 @@ pub fn q3k_scales(packed: &[u8; 12]) -> [i8; 16] {
     std::array::from_fn(|i| aux[i / 4].to_le_bytes()[i % 4] as i8)
 }
 
+/// Quant l of sub-block j of Q4_K's layout: a nibble of qs[32 (j / 2) + l], plus 16 if bit j
+/// of qh[l] is set (Q5_K).
+#[inline(always)]
+fn k4_quant(qs: &[u8; 128], qh: Option<&[u8; 32]>, j: usize, l: usize) -> u8 {
+    let byte = qs[32 * (j / 2) + l];
+    let low = if j % 2 == 1 { byte >> 4 } else { byte & 15 };
+    low | qh.map_or(0, |h| ((h[l] >> j) & 1) << 4)
+}
+
+/// The sub-blocks of Q4_K and Q5_K (`qh` for Q5_K's fifth bits).
+fn k4_sub_blocks(scales: &[u8; 12], qs: &[u8; 128], qh: Option<&[u8; 32]>) -> [SubBlock; 8] {
+    std::array::from_fn(|j| {
+        let (sc, m) = scale_min_k4(j, scales);
+        SubBlock {
+            q: std::array::from_fn(|l| k4_quant(qs, qh, j, l) as i8),
+            scale: [sc as i32; 2],
+            min: [m as i32; 2],
+        }
+    })
+}
+
+/// llama.cpp's dequantize_row_q4_K / _q5_K: `d1 * q - m1` with `d1 = d * sc`, `m1 = dmin * m`.
+fn k4_dequantize(
+    d: f32,
+    dmin: f32,
+    scales: &[u8; 12],
+    qs: &[u8; 128],
+    qh: Option<&[u8; 32]>,
+    out: &mut [f32; QK_K],
+) {
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, scales);
+        let (d1, m1) = (d * sc as f32, dmin * m as f32);
+        for l in 0..32 {
+            out[32 * j + l] = d1 * k4_quant(qs, qh, j, l) as f32 - m1;
+        }
+    }
+}
+
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
@@ -323,31 +362,11 @@ impl KBlock for BlockQ4K {
     }
     /// Element 64c + l (l < 32): low nibble of qs[32c + l]; 64c + 32 + l: its high nibble.
     fn sub_blocks(&self) -> [SubBlock; 8] {
-        std::array::from_fn(|j| {
-            let (c, high) = (j / 2, j % 2 == 1);
-            let (sc, m) = scale_min_k4(j, &self.scales);
-            SubBlock {
-                q: std::array::from_fn(|l| {
-                    let byte = self.qs[32 * c + l];
-                    (if high { byte >> 4 } else { byte & 15 }) as i8
-                }),
-                scale: [sc as i32; 2],
-                min: [m as i32; 2],
-            }
-        })
+        k4_sub_blocks(&self.scales, &self.qs, None)
     }
     fn dequantize(&self, out: &mut [f32; QK_K]) {
         let (d, min) = self.scales();
-        for j in 0..8 {
-            let (sc, m) = scale_min_k4(j, &self.scales);
-            let (d1, m1) = (d * sc as f32, min * m as f32);
-            let (c, high) = (j / 2, j % 2 == 1);
-            for l in 0..32 {
-                let byte = self.qs[32 * c + l];
-                let q = if high { byte >> 4 } else { byte & 15 };
-                out[32 * j + l] = d1 * q as f32 - m1;
-            }
-        }
+        k4_dequantize(d, min, &self.scales, &self.qs, None, out);
     }
 }
 
@@ -392,33 +411,11 @@ impl KBlock for BlockQ5K {
     }
     /// Q4_K's layout; bit 4 of sub-block j's element l is bit j of qh[l].
     fn sub_blocks(&self) -> [SubBlock; 8] {
-        std::array::from_fn(|j| {
-            let (c, high) = (j / 2, j % 2 == 1);
-            let (sc, m) = scale_min_k4(j, &self.scales);
-            SubBlock {
-                q: std::array::from_fn(|l| {
-                    let byte = self.qs[32 * c + l];
-                    let low = if high { byte >> 4 } else { byte & 15 };
-                    (low | (((self.qh[l] >> j) & 1) << 4)) as i8
-                }),
-                scale: [sc as i32; 2],
-                min: [m as i32; 2],
-            }
-        })
+        k4_sub_blocks(&self.scales, &self.qs, Some(&self.qh))
     }
     fn dequantize(&self, out: &mut [f32; QK_K]) {
         let (d, min) = self.scales();
-        for j in 0..8 {
-            let (sc, m) = scale_min_k4(j, &self.scales);
-            let (d1, m1) = (d * sc as f32, min * m as f32);
-            let (c, high) = (j / 2, j % 2 == 1);
-            for l in 0..32 {
-                let byte = self.qs[32 * c + l];
-                let low = if high { byte >> 4 } else { byte & 15 };
-                let q = low as u32 + if self.qh[l] & (1 << j) != 0 { 16 } else { 0 };
-                out[32 * j + l] = d1 * q as f32 - m1;
-            }
-        }
+        k4_dequantize(d, min, &self.scales, &self.qs, Some(&self.qh), out);
     }
 }
 
