@@ -4,6 +4,7 @@
 use serde_json::{json, Value as Json};
 
 use crate::formats::gguf::{GgufFile, Value};
+use crate::quant::GgmlType;
 use crate::{Error, Result};
 
 /// Architectures the one Llama forward computes.
@@ -21,6 +22,9 @@ pub enum RopeScaling {
     },
     /// Plain linear position interpolation.
     Linear { factor: f32 },
+    /// llama.cpp's `rope_freqs.weight` (how its converter writes Llama 3.1+ scaling): one
+    /// factor per frequency, each inverse frequency divided by its factor.
+    Factors(Vec<f32>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +112,13 @@ impl RopeScaling {
         let bad = |what: &str| Err(Error::metadata("rope_scaling", what.to_string()));
         let positive = |x: f32| x.is_finite() && x > 0.0;
         match *self {
+            RopeScaling::Factors(ref f) => {
+                if let Some(bad_factor) = f.iter().find(|&&x| !positive(x)) {
+                    return bad(&format!(
+                        "rope_freqs.weight holds {bad_factor}; every factor must be finite and positive"
+                    ));
+                }
+            }
             RopeScaling::Linear { factor } => {
                 if !positive(factor) {
                     return bad(&format!(
@@ -207,7 +218,7 @@ impl ModelConfig {
                 });
             }
         }
-        let rope_scaling = Self::gguf_rope_scaling(file, &architecture)?;
+        let rope_scaling = Self::gguf_rope_scaling(file, &architecture, head_dim)?;
         let config = ModelConfig {
             dim,
             hidden_dim: file.get_usize(&key("feed_forward_length"))?,
@@ -229,7 +240,11 @@ impl ModelConfig {
         Ok(config)
     }
 
-    fn gguf_rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>> {
+    fn gguf_rope_scaling(
+        file: &GgufFile,
+        arch: &str,
+        head_dim: usize,
+    ) -> Result<Option<RopeScaling>> {
         let key = |k: &str| format!("{arch}.rope.scaling.{k}");
         let kind = file.opt_str(&key("type"))?;
         let factor = || file.get_f32(&key("factor"));
@@ -251,15 +266,30 @@ impl ModelConfig {
                 ))
             }
         };
-        if scaling.is_none() && file.tensor_info("rope_freqs.weight").is_some() {
-            // llama.cpp's per-frequency factors (Llama 3.1+): ignoring them would silently give
-            // wrong results past the original context, so say so instead.
-            return Err(Error::metadata(
-                "rope_freqs.weight",
-                "per-frequency RoPE factors (llama.cpp's llama3 scaling) are not supported; convert from the HF directory instead",
-            ));
+        match (scaling, file.tensor_info("rope_freqs.weight")) {
+            // llama.cpp's per-frequency factors (Llama 3.1+): head_dim / 2 of them, f32.
+            (None, Some(info)) => {
+                let want = head_dim / 2;
+                let shape_ok = info.dims.len() == 1 && info.dims[0] == want as u64;
+                if info.ty != GgmlType::F32 || !shape_ok {
+                    return Err(Error::metadata(
+                        "rope_freqs.weight",
+                        format!(
+                            "expected {want} F32 factors (head_dim / 2), got {} of shape {:?}",
+                            info.ty.name(),
+                            info.dims
+                        ),
+                    ));
+                }
+                let factors: Vec<f32> = file
+                    .tensor_data(info)
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+                Ok(Some(RopeScaling::Factors(factors)))
+            }
+            (scaling, _) => Ok(scaling),
         }
-        Ok(scaling)
     }
 
     /// The `{arch}.*` metadata that [`ModelConfig::from_gguf`] reads back, for writers.
@@ -289,7 +319,8 @@ impl ModelConfig {
             (key("rope.freq_base"), Value::F32(self.rope_theta)),
         ];
         match &self.rope_scaling {
-            None => {}
+            // The factors are a tensor (rope_freqs.weight), which writers copy with the rest.
+            None | Some(RopeScaling::Factors(_)) => {}
             Some(RopeScaling::Linear { factor }) => {
                 out.push((key("rope.scaling.type"), Value::String("linear".into())));
                 out.push((key("rope.scaling.factor"), Value::F32(*factor)));
@@ -508,7 +539,8 @@ impl ModelConfig {
             _ => "LlamaForCausalLM",
         };
         let rope_scaling = match &self.rope_scaling {
-            None => Json::Null,
+            // Not expressible in config.json: `inferno convert` refuses such a model.
+            None | Some(RopeScaling::Factors(_)) => Json::Null,
             Some(RopeScaling::Linear { factor }) => {
                 json!({ "rope_type": "linear", "factor": factor })
             }

@@ -625,7 +625,15 @@ fn config_errors_name_architecture_missing_key_bad_scaling_and_rope_freqs() {
         matches!(ModelConfig::from_gguf(&GgufFile::parse(&bytes).unwrap()), Err(Error::Metadata { key, .. }) if key == "llama.rope.scaling.type")
     );
 
+    // rope_freqs.weight: head_dim / 2 = 8 positive F32 factors; zeros are refused by value,
+    // another length by shape.
     let bytes = model_file(&base_config("llama"), &[("rope_freqs.weight", &[8])], &[]);
+    assert!(
+        matches!(ModelConfig::from_gguf(&GgufFile::parse(&bytes).unwrap()), Err(Error::Metadata { ref key, ref problem }) if key == "rope_scaling" && problem.contains("rope_freqs.weight holds 0")),
+        "{:?}",
+        ModelConfig::from_gguf(&GgufFile::parse(&bytes).unwrap())
+    );
+    let bytes = model_file(&base_config("llama"), &[("rope_freqs.weight", &[5])], &[]);
     assert!(
         matches!(ModelConfig::from_gguf(&GgufFile::parse(&bytes).unwrap()), Err(Error::Metadata { key, .. }) if key == "rope_freqs.weight")
     );

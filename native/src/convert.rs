@@ -176,6 +176,13 @@ fn weight_tensors(w: &Weights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
 pub fn convert(input: &Path, output: &Path, dtype: HfDtype) -> Result<()> {
     let files = ModelFiles::open(input)?;
     files.with_source(|source| {
+        if let Some(inferno_core::config::RopeScaling::Factors(_)) = source.config.rope_scaling {
+            bail!(
+                "{}: its per-frequency RoPE factors (rope_freqs.weight) have no config.json form; \
+                 convert the original Hugging Face model instead",
+                input.display()
+            );
+        }
         let weights = Weights::load(source, WeightDtype::AsStored)?;
         let tokenizer = build_tokenizer(&source.tokenizer)?;
         let (ty, torch_dtype) = match dtype {

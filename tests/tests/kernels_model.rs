@@ -137,3 +137,63 @@ fn synthetic_dim_256_q2_k_q3_k_q4_k_q5_k_q6_k_logits_all_backends() {
         check_synthetic(shape.clone(), ty, WeightDtype::AsStored, 15);
     }
 }
+
+/// A synthetic tiny Q8_0 model with extra metadata and tensors, loaded.
+fn synthetic_with(
+    extra: &[(&str, inferno_core::formats::gguf::Value)],
+    rope_freqs: Option<f32>,
+) -> Engine {
+    let shape = SyntheticShape::tiny();
+    let mut w = inferno_native::synthetic::synthetic_gguf(
+        &shape,
+        21,
+        GgmlType::Q8_0,
+        inferno_tests::smollm2_tokenizer_metadata(),
+    )
+    .unwrap();
+    for (k, v) in extra {
+        w.add_metadata(*k, v.clone()).unwrap();
+    }
+    if let Some(f) = rope_freqs {
+        let bytes: Vec<u8> = (0..shape.head_dim / 2)
+            .flat_map(|_| f.to_le_bytes())
+            .collect();
+        w.add_tensor(
+            "rope_freqs.weight",
+            GgmlType::F32,
+            &[shape.head_dim / 2],
+            bytes,
+        )
+        .unwrap();
+    }
+    Engine::from_gguf_bytes(&w.to_bytes(), EngineOptions::default()).expect("model loads")
+}
+
+#[test]
+fn rope_freqs_factors_1_equal_no_scaling_and_factors_2_equal_linear_2_bitwise() {
+    use inferno_core::formats::gguf::Value;
+    let prompt: Vec<u32> = (0..24).map(|i| (i * 7919 + 3) % 49152).collect();
+    let run = |e: &Engine| e.new_session().append_all_logits(&prompt).unwrap();
+    let plain = run(&synthetic_with(&[], None));
+    let ones = run(&synthetic_with(&[], Some(1.0)));
+    assert!(plain
+        .iter()
+        .zip(&ones)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    let linear = run(&synthetic_with(
+        &[
+            ("llama.rope.scaling.type", Value::String("linear".into())),
+            ("llama.rope.scaling.factor", Value::F32(2.0)),
+        ],
+        None,
+    ));
+    let twos = run(&synthetic_with(&[], Some(2.0)));
+    assert!(linear
+        .iter()
+        .zip(&twos)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(
+        plain.iter().zip(&twos).any(|(a, b)| a != b),
+        "factors of 2 change the logits"
+    );
+}

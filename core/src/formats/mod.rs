@@ -128,7 +128,9 @@ pub fn unused_tensor_reason(name: &str, config: &ModelConfig) -> Option<String> 
     if name == "rope_freqs.weight" {
         // llama.cpp's llama3 factors: inferno computes them from the llama3 parameters.
         return match config.rope_scaling {
-            Some(crate::config::RopeScaling::Llama3 { .. }) => None,
+            Some(
+                crate::config::RopeScaling::Llama3 { .. } | crate::config::RopeScaling::Factors(_),
+            ) => None,
             _ => Some("per-frequency RoPE factors need llama3 RoPE scaling".into()),
         };
     }

@@ -301,6 +301,9 @@ pub fn rope_inv_freq(c: &ModelConfig) -> Vec<f32> {
     match &c.rope_scaling {
         None => base,
         Some(RopeScaling::Linear { factor }) => base.iter().map(|f| f / factor).collect(),
+        Some(RopeScaling::Factors(factors)) => {
+            base.iter().zip(factors).map(|(f, g)| f / g).collect()
+        }
         Some(RopeScaling::Llama3 {
             factor,
             low_freq_factor,
