@@ -48,6 +48,9 @@ pub struct ModelConfig {
     pub attention_bias: bool,
     /// Per-head RMSNorm on Q and K before RoPE (Qwen3).
     pub qk_norm: bool,
+    /// Attention sees only the last this many positions, the query's own included (Mistral's
+    /// sliding window); None: every position.
+    pub sliding_window: Option<usize>,
 }
 
 impl ModelConfig {
@@ -73,6 +76,9 @@ impl ModelConfig {
             || !self.n_heads.is_multiple_of(self.n_kv_heads)
         {
             return bad("n_heads must be a positive multiple of n_kv_heads");
+        }
+        if self.sliding_window == Some(0) {
+            return bad("a sliding window of 0 positions sees nothing");
         }
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad("head_dim must be positive and even");
@@ -234,6 +240,7 @@ impl ModelConfig {
             tied_embeddings: file.tensor_info("output.weight").is_none(),
             attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
             qk_norm: file.tensor_info("blk.0.attn_q_norm.weight").is_some(),
+            sliding_window: file.opt_usize(&key("attention.sliding_window"))?,
             architecture,
         };
         config.validate()?;
@@ -318,6 +325,9 @@ impl ModelConfig {
             ),
             (key("rope.freq_base"), Value::F32(self.rope_theta)),
         ];
+        if let Some(w) = self.sliding_window {
+            out.push((key("attention.sliding_window"), u32_of(w)));
+        }
         match &self.rope_scaling {
             // The factors are a tensor (rope_freqs.weight), which writers copy with the rest.
             None | Some(RopeScaling::Factors(_)) => {}
@@ -447,6 +457,26 @@ impl ModelConfig {
             )?
             .unwrap_or(10000.0),
         };
+        // Mistral attends over a sliding window when `sliding_window` is set; Qwen2 configs carry
+        // one too but use it only with `use_sliding_window`.
+        let window = match json.get("sliding_window") {
+            None | Some(Json::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|w| usize::try_from(w).ok())
+                    .ok_or_else(|| {
+                        Error::metadata(
+                            "config.json sliding_window",
+                            "expected a whole number or null",
+                        )
+                    })?,
+            ),
+        };
+        let sliding_window = match architecture.as_str() {
+            "mistral" => window,
+            _ if opt_bool("use_sliding_window")?.unwrap_or(false) => window,
+            _ => None,
+        };
         let scaling_json = object_or_null("rope_scaling")?.or(rope_parameters);
         let rope_scaling = match scaling_json {
             None => None,
@@ -468,6 +498,7 @@ impl ModelConfig {
             // Qwen2 configs carry no attention_bias key but always have Q/K/V biases.
             attention_bias: opt_bool("attention_bias")?.unwrap_or(architecture == "qwen2"),
             qk_norm: architecture == "qwen3",
+            sliding_window,
             architecture,
         };
         config.validate()?;
@@ -576,6 +607,13 @@ impl ModelConfig {
             "attention_bias": self.attention_bias,
             "torch_dtype": torch_dtype,
         });
+        let mut config = config;
+        if let Some(w) = self.sliding_window {
+            config["sliding_window"] = json!(w);
+            if self.architecture != "mistral" {
+                config["use_sliding_window"] = json!(true);
+            }
+        }
         serde_json::to_string_pretty(&config).unwrap_or_default()
     }
 }

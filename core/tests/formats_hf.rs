@@ -397,3 +397,29 @@ fn hf_config_json_defaults_and_errors() {
         Err(Error::Format { .. })
     ));
 }
+
+#[test]
+fn sliding_window_mistral_always_qwen2_only_with_use_sliding_window_round_trips() {
+    let base =
+        inferno_core::config::ModelConfig::from_hf_json(&common::read_oracle("hf/config.json"))
+            .unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&base.to_hf_json()).unwrap();
+    json["sliding_window"] = serde_json::json!(4096);
+    json["model_type"] = serde_json::json!("mistral");
+    let mistral = inferno_core::config::ModelConfig::from_hf_json(&json.to_string()).unwrap();
+    assert_eq!(mistral.sliding_window, Some(4096));
+    json["model_type"] = serde_json::json!("qwen2");
+    let qwen2 = inferno_core::config::ModelConfig::from_hf_json(&json.to_string()).unwrap();
+    assert_eq!(qwen2.sliding_window, None);
+    json["use_sliding_window"] = serde_json::json!(true);
+    let qwen2 = inferno_core::config::ModelConfig::from_hf_json(&json.to_string()).unwrap();
+    assert_eq!(qwen2.sliding_window, Some(4096));
+    for c in [mistral, qwen2] {
+        assert_eq!(
+            inferno_core::config::ModelConfig::from_hf_json(&c.to_hf_json()).unwrap(),
+            c
+        );
+    }
+    json["sliding_window"] = serde_json::json!("big");
+    assert!(inferno_core::config::ModelConfig::from_hf_json(&json.to_string()).is_err());
+}

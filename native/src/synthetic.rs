@@ -179,6 +179,7 @@ impl SyntheticShape {
             tied_embeddings: self.tied_embeddings,
             attention_bias: false,
             qk_norm: false,
+            sliding_window: None,
         }
     }
 }

@@ -69,6 +69,7 @@ fn smollm2_config() -> ModelConfig {
         tied_embeddings: true,
         attention_bias: false,
         qk_norm: false,
+        sliding_window: None,
     }
 }
 

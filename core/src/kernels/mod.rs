@@ -484,6 +484,16 @@ pub enum KvSlice<'a> {
     F32(&'a [f32]),
 }
 
+impl<'a> KvSlice<'a> {
+    /// The cache from position `first` on (rows of `kv_dim`): attention over a sliding window.
+    pub fn from_position(self, first: usize, kv_dim: usize) -> KvSlice<'a> {
+        match self {
+            KvSlice::F16(s) => KvSlice::F16(&s[first * kv_dim..]),
+            KvSlice::F32(s) => KvSlice::F32(&s[first * kv_dim..]),
+        }
+    }
+}
+
 /// One KV head of a layer's cache, as the attention kernel reads it: position p's key is
 /// `keys[p * kv_dim + offset ..][.. head_dim]`, its value the same range of `values`.
 #[derive(Debug, Clone, Copy)]

@@ -217,7 +217,9 @@ fn qkv_to_cache(
     }
 }
 
-/// Attention over the cache, into `att` (n, q_dim): token t sees positions 0 ..= pos0 + t;
+/// Attention over the cache, into `att` (n, q_dim): token t sees positions 0 ..= pos0 + t (with
+/// a sliding window W, only the last W of them: a query whose window starts past 0 is one
+/// kernel call over the cache from its first position, exactly as when it is decoded alone);
 /// query head h reads KV head h / group. A work item is some query heads of one KV head for a
 /// tile of tokens; one kernel call takes them all, so each block of the KV head is read and
 /// converted once and reused from L1 by every (token, head) pair.
@@ -256,16 +258,37 @@ fn attention(
             for (j, q) in qs.iter_mut().enumerate().take(outs.len()) {
                 *q = row(j);
             }
-            let kv_head = KvHead {
-                keys,
-                values,
-                positions: pos0 + t0 + 1,
-                kv_dim,
-                offset: (first / head_dim / group) * head_dim,
-                head_dim,
-                scale,
-            };
-            (compute.kernels.attention)(&qs[..outs.len()], &kv_head, outs);
+            let offset = (first / head_dim / group) * head_dim;
+            // The first position the query at p sees.
+            let window_start = |p: usize| c.sliding_window.map_or(0, |w| (p + 1).saturating_sub(w));
+            let last = pos0 + t0 + outs.len().saturating_sub(1);
+            if window_start(last) == 0 {
+                let kv_head = KvHead {
+                    keys,
+                    values,
+                    positions: pos0 + t0 + 1,
+                    kv_dim,
+                    offset,
+                    head_dim,
+                    scale,
+                };
+                (compute.kernels.attention)(&qs[..outs.len()], &kv_head, outs);
+                return;
+            }
+            for (j, out) in outs.iter_mut().enumerate() {
+                let p = pos0 + t0 + j;
+                let lo = window_start(p);
+                let kv_head = KvHead {
+                    keys: keys.from_position(lo, kv_dim),
+                    values: values.from_position(lo, kv_dim),
+                    positions: p + 1 - lo,
+                    kv_dim,
+                    offset,
+                    head_dim,
+                    scale,
+                };
+                (compute.kernels.attention)(&qs[j..j + 1], &kv_head, std::slice::from_mut(out));
+            }
         },
     );
 }

@@ -40,5 +40,6 @@ pub fn tiny_llama_config() -> ModelConfig {
         tied_embeddings: true,
         attention_bias: false,
         qk_norm: false,
+        sliding_window: None,
     }
 }
