@@ -8,7 +8,7 @@ PROMPT ?= Explain in two sentences why the sky is blue.
 CARGO  ?= cargo
 MODEL  := $(shell echo $${INFERNO_CACHE:-$$HOME/.cache/inferno})/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup setup-python model build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
+.PHONY: run test setup setup-python model model-gemma build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
 
 run: model build
 	./target/release/inferno run --model "$(MODEL)" "$(PROMPT)"
@@ -20,6 +20,11 @@ setup:
 model:
 	@./scripts/fetch-model.sh >/dev/null
 
+# Gemma 3 270M Q4_K_M (made by llama.cpp): real K-quant blocks for the tests. Cached, never
+# committed (Gemma's terms).
+model-gemma:
+	@./scripts/fetch-model.sh gemma3-270m >/dev/null
+
 build:
 	$(CARGO) build --release -p inferno-native
 
@@ -28,7 +33,7 @@ build:
 test: WASM_PROFILE = wasm-test
 test: export WASM_OPT = 0
 # setup-wasm first: the Rust tests run the wasm kernel self test under Node.
-test: setup-wasm setup-python model build wasm-selftest test-rust test-wasm
+test: setup-wasm setup-python model model-gemma build wasm-selftest test-rust test-wasm
 
 # Unit and integration tests of every crate, optimized (the model tests run a real forward).
 # The CLI tests run the binary built above.

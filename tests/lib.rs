@@ -64,6 +64,29 @@ pub fn model_bytes() -> &'static [u8] {
     })
 }
 
+/// Gemma 3 270M Q4_K_M (made by llama.cpp; `scripts/fetch-model.sh gemma3-270m`, which `make
+/// test` runs), or `$INFERNO_GEMMA`. Never committed: its licence forbids it.
+pub fn gemma_path() -> PathBuf {
+    let path = match std::env::var_os("INFERNO_GEMMA") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let cache = std::env::var_os("INFERNO_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                        .join(".cache/inferno")
+                });
+            cache.join("models/gemma-3-270m-q4_k_m.gguf")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fetch-model.sh gemma3-270m (make test does)",
+        path.display()
+    );
+    path
+}
+
 /// The oracle's reference data (tests/data/oracle, in the repository), or `$INFERNO_ORACLE`.
 pub fn oracle_dir() -> PathBuf {
     match std::env::var_os("INFERNO_ORACLE") {

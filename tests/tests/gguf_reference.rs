@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use inferno_core::formats::gguf::GgufWriter;
+use inferno_core::formats::gguf::{GgufFile, GgufWriter};
 use inferno_core::quant::{dequantize_bytes, GgmlType};
 
 /// A small xorshift: the same blocks on every run.
@@ -161,5 +161,63 @@ fn dequantize_q4_0_q4_1_q5_0_q5_1_q8_0_q2_k_to_q6_k_f16_bf16_f32_equals_gguf_pyt
         }
         eprintln!("{name}: {} values equal ({nans} NaN)", ours.len());
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn gemma3_270m_q4_k_m_real_llama_cpp_blocks_first_64_rows_of_every_tensor_equal_gguf_python() {
+    let Some(python) = python() else {
+        eprintln!(
+            "skipping: set INFERNO_PYTHON to scripts/setup-python.sh's python (make test does)"
+        );
+        return;
+    };
+    const ROWS: usize = 64;
+    let path = inferno_tests::gemma_path();
+    let bytes = std::fs::read(&path).unwrap();
+    let file = GgufFile::parse(&bytes).expect("Gemma 3's K-quant GGUF parses");
+    let dir = std::env::temp_dir().join(format!("inferno-gguf-gemma-{}", std::process::id()));
+    let o = Command::new(&python)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/python/dequantize.py"))
+        .arg(&path)
+        .arg(&dir)
+        .arg(ROWS.to_string())
+        .output()
+        .expect("start python");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut by_type = std::collections::BTreeMap::<&str, usize>::new();
+    for t in &file.tensors {
+        let data = file.tensor_data(t);
+        let cols = t.dims[0] as usize;
+        let rows = t.dims[1..].iter().product::<u64>() as usize;
+        let row_bytes = data.len() / rows.max(1);
+        let take = if t.dims.len() >= 2 {
+            rows.min(ROWS)
+        } else {
+            rows
+        };
+        let ours = dequantize_bytes(t.ty, &data[..take * row_bytes]);
+        assert_eq!(ours.len(), take * cols, "{}", t.name);
+        let theirs: Vec<f32> = std::fs::read(dir.join(format!("{}.f32", t.name)))
+            .unwrap()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(ours.len(), theirs.len(), "{}: element count", t.name);
+        for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits(),
+                "{} [{}] element {i}: ours {a:e}, gguf {b:e}",
+                t.name,
+                t.ty.name()
+            );
+        }
+        *by_type.entry(t.ty.name()).or_default() += 1;
+    }
+    eprintln!("Gemma 3 270M Q4_K_M: tensors per type, all equal: {by_type:?}");
+    assert!(
+        by_type.contains_key("Q4_K") && by_type.contains_key("Q6_K"),
+        "{by_type:?}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
