@@ -282,10 +282,15 @@ fn matmul(all: &mut Vec<Case>) {
             }
         }
     }
-    // No SIMD twin yet (the backends run the reference); the cases hold them to it when one comes.
+    // Q4_K and Q6_K have x86 twins; the rest run the reference on every backend until theirs come.
     for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
         for (rows, cols, tokens) in [(17, 256, 1), (9, 512, 3), (33, 1536, 2), (8, 256, 9)] {
             all.push(matmul_case(ty, rows, cols, tokens, 3));
+        }
+        for rows in [1, 7, 8, 9, 16, 17] {
+            for tokens in [1, 2, 3, 4, 5, 9] {
+                all.push(matmul_case(ty, rows, 512, tokens, rows % 6));
+            }
         }
     }
     for ty in [F32, F16, BF16] {

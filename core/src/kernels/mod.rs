@@ -37,7 +37,7 @@ pub mod x86;
 pub mod tiles;
 
 use crate::quant::kquants::{
-    blocks_from_bytes, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, KBlock, TileK, QK_K,
+    blocks_from_bytes, BlockQ2K, BlockQ3K, BlockQ5K, KBlock, TileK, TileQ4K, TileQ6K, QK_K,
 };
 use crate::quant::repack::{
     tile_rows, untile_row, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0, TILE_ROWS,
@@ -85,9 +85,9 @@ pub enum MatrixData {
 pub enum KMatrix {
     Q2_K(Vec<TileK<BlockQ2K>>),
     Q3_K(Vec<TileK<BlockQ3K>>),
-    Q4_K(Vec<TileK<BlockQ4K>>),
+    Q4_K(Vec<TileQ4K>),
     Q5_K(Vec<TileK<BlockQ5K>>),
-    Q6_K(Vec<TileK<BlockQ6K>>),
+    Q6_K(Vec<TileQ6K>),
 }
 
 /// `$body` once for whichever K type `$k` holds, with `$t` bound to its tiles.
@@ -117,10 +117,13 @@ impl KMatrix {
 
     /// Tiles of `rows` rows of `cols / 256` super-blocks from stored bytes.
     fn from_bytes(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> KMatrix {
-        fn tiles<B: KBlock>(rows: usize, cols: usize, bytes: &[u8]) -> Vec<TileK<B>> {
+        fn tiles<T: Tile>(rows: usize, cols: usize, bytes: &[u8]) -> Vec<T>
+        where
+            T::Block: KBlock,
+        {
             let nb = cols / QK_K;
-            let blocks = blocks_from_bytes::<B>(bytes);
-            tile_rows::<TileK<B>>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb])
+            let blocks = blocks_from_bytes::<T::Block>(bytes);
+            tile_rows::<T>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb])
         }
         match ty {
             GgmlType::Q2_K => KMatrix::Q2_K(tiles(rows, cols, bytes)),

@@ -608,3 +608,166 @@ impl<B: KBlock> super::repack::Tile for TileK<B> {
         self.rows[lane] = *block;
     }
 }
+
+/// Index into an interleaved quant array of byte `i` (of a 32-byte chunk `chunk`) of `lane`'s
+/// block: `256 * chunk + 32 * (i / 4) + 4 * lane + i % 4`. One 256-bit load of column
+/// `(chunk, i / 4)` gives the 8 rows' 4 bytes, as in [`super::repack`].
+#[inline(always)]
+pub const fn k_interleaved(lane: usize, chunk: usize, i: usize) -> usize {
+    256 * chunk + 32 * (i / 4) + 4 * lane + i % 4
+}
+
+/// The 6-bit scales and minimums of Q4_K / Q5_K packed back into 12 bytes (the inverse of
+/// [`scale_min_k4`]: the 96 bits hold exactly 16 six-bit values).
+pub fn pack_scale_min_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
+    let mut q = [0u8; 12];
+    for j in 0..4 {
+        q[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
+        q[j + 4] = (m[j] & 63) | ((m[j + 4] >> 4) << 6);
+        q[j + 8] = (sc[j + 4] & 15) | ((m[j + 4] & 15) << 4);
+    }
+    q
+}
+
+/// Super-block b of 8 rows of Q4_K, laid out for the SIMD twins: the 8 rows' f16 scales, their
+/// 8 sub-block scales and minimums decoded (sub-block-major, one byte per row), and the quants
+/// interleaved in 4-byte columns per 32-byte chunk (chunk c holds sub-blocks 2c in its low
+/// nibbles and 2c + 1 in its high ones).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ4K {
+    pub d: [u16; 8],
+    pub dmin: [u16; 8],
+    /// `sc[j][lane]`, 0..=63.
+    pub sc: [[u8; 8]; 8],
+    /// `m[j][lane]`, 0..=63.
+    pub m: [[u8; 8]; 8],
+    /// [`k_interleaved`] over 4 chunks of each row's 128 `qs` bytes.
+    pub qs: [u8; 8 * 128],
+}
+const _: () = assert!(std::mem::size_of::<TileQ4K>() == 1184);
+
+impl super::repack::Tile for TileQ4K {
+    type Block = BlockQ4K;
+    const ZERO: Self = TileQ4K {
+        d: [0; 8],
+        dmin: [0; 8],
+        sc: [[0; 8]; 8],
+        m: [[0; 8]; 8],
+        qs: [0; 8 * 128],
+    };
+    fn block(&self, lane: usize) -> BlockQ4K {
+        let sc = std::array::from_fn(|j| self.sc[j][lane]);
+        let m = std::array::from_fn(|j| self.m[j][lane]);
+        BlockQ4K {
+            d: self.d[lane],
+            dmin: self.dmin[lane],
+            scales: pack_scale_min_k4(&sc, &m),
+            qs: std::array::from_fn(|i| self.qs[k_interleaved(lane, i / 32, i % 32)]),
+        }
+    }
+    fn set_block(&mut self, lane: usize, b: &BlockQ4K) {
+        self.d[lane] = b.d;
+        self.dmin[lane] = b.dmin;
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, &b.scales);
+            self.sc[j][lane] = sc;
+            self.m[j][lane] = m;
+        }
+        for (i, &q) in b.qs.iter().enumerate() {
+            self.qs[k_interleaved(lane, i / 32, i % 32)] = q;
+        }
+    }
+}
+
+/// Super-block b of 8 rows of Q6_K for the SIMD twins: f16 scales, the 16 sub-block scales
+/// (`sc[s][lane]`), `ql` interleaved per 32-byte chunk (4 chunks) and `qh` likewise (2 chunks).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ6K {
+    pub d: [u16; 8],
+    pub sc: [[i8; 8]; 16],
+    pub ql: [u8; 8 * 128],
+    pub qh: [u8; 8 * 64],
+}
+const _: () = assert!(std::mem::size_of::<TileQ6K>() == 1680);
+
+impl super::repack::Tile for TileQ6K {
+    type Block = BlockQ6K;
+    const ZERO: Self = TileQ6K {
+        d: [0; 8],
+        sc: [[0; 8]; 16],
+        ql: [0; 8 * 128],
+        qh: [0; 8 * 64],
+    };
+    fn block(&self, lane: usize) -> BlockQ6K {
+        BlockQ6K {
+            ql: std::array::from_fn(|i| self.ql[k_interleaved(lane, i / 32, i % 32)]),
+            qh: std::array::from_fn(|i| self.qh[k_interleaved(lane, i / 32, i % 32)]),
+            scales: std::array::from_fn(|s| self.sc[s][lane]),
+            d: self.d[lane],
+        }
+    }
+    fn set_block(&mut self, lane: usize, b: &BlockQ6K) {
+        self.d[lane] = b.d;
+        for s in 0..16 {
+            self.sc[s][lane] = b.scales[s];
+        }
+        for (i, &q) in b.ql.iter().enumerate() {
+            self.ql[k_interleaved(lane, i / 32, i % 32)] = q;
+        }
+        for (i, &q) in b.qh.iter().enumerate() {
+            self.qh[k_interleaved(lane, i / 32, i % 32)] = q;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tile_tests {
+    use super::*;
+    use crate::quant::repack::{tile_rows, untile_row};
+
+    #[test]
+    fn pack_scale_min_k4_inverts_scale_min_k4_for_every_packed_byte_pattern() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            let q: [u8; 12] = std::array::from_fn(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            });
+            let sc = std::array::from_fn(|j| scale_min_k4(j, &q).0);
+            let m = std::array::from_fn(|j| scale_min_k4(j, &q).1);
+            assert_eq!(pack_scale_min_k4(&sc, &m), q);
+        }
+    }
+
+    #[test]
+    fn q4_k_and_q6_k_tiles_round_trip_11_rows_of_3_super_blocks() {
+        let mut s = 7u64;
+        let mut raw = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s as u8
+                })
+                .collect()
+        };
+        let (rows, nb) = (11, 3);
+        let b4: Vec<BlockQ4K> = (0..rows * nb)
+            .map(|_| BlockQ4K::from_bytes(&raw(144)))
+            .collect();
+        let t4: Vec<TileQ4K> = tile_rows(rows, nb, |r| &b4[r * nb..(r + 1) * nb]);
+        let b6: Vec<BlockQ6K> = (0..rows * nb)
+            .map(|_| BlockQ6K::from_bytes(&raw(210)))
+            .collect();
+        let t6: Vec<TileQ6K> = tile_rows(rows, nb, |r| &b6[r * nb..(r + 1) * nb]);
+        for r in 0..rows {
+            assert_eq!(untile_row(&t4, nb, r), &b4[r * nb..(r + 1) * nb]);
+            assert_eq!(untile_row(&t6, nb, r), &b6[r * nb..(r + 1) * nb]);
+        }
+    }
+}

@@ -8,6 +8,7 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::ATTENTION_BLOCK;
+use crate::quant::kquants::{TileQ4K, TileQ6K};
 use crate::quant::repack::{
     check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
     TILE_ROWS,
@@ -954,5 +955,251 @@ mod tests {
             return;
         }
         check("avx512", exp8_avx512);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants (rule 4's super-block sequence): per 32-element sub-block the 8 rows' unsigned
+// quants in 8 column registers, integer dots per 16-element half, then per lane the
+// reference's `iscaled = s0 * isum_0 + s1 * isum_1`, `imin = m0 * sum_x0 + m1 * sum_x1` and
+// `acc + (iscaled * (d * dx) + imin * (-dmin * dx))` (no minimum term for Q6_K).
+
+/// A K-quant tile as the x86 twins read it.
+pub trait KWeightTile: Tile {
+    const HAS_MIN: bool;
+    /// The quants are stored as `q + OFFSET` (unsigned); the dots subtract `OFFSET * sum_x`.
+    const OFFSET: i32;
+    /// Sub-block j's 8 columns: register k holds, in lane r, row r's unsigned quants of elements
+    /// 4k .. 4k + 4 of the sub-block.
+    unsafe fn unpack(&self, j: usize) -> [__m256i; 8];
+    /// Integer scales of sub-block j's two halves, one i32 lane per row.
+    unsafe fn scales(&self, j: usize) -> (__m256i, __m256i);
+    /// Integer minimums of sub-block j's halves (HAS_MIN only).
+    unsafe fn mins(&self, j: usize) -> (__m256i, __m256i);
+    /// (d, -dmin) of the 8 rows as f32 (-dmin zero without minimums).
+    unsafe fn factors(&self) -> (__m256, __m256);
+}
+
+/// 8 bytes as 8 i32 lanes, zero-extended.
+#[inline(always)]
+unsafe fn u8x8_to_i32(b: &[u8; 8]) -> __m256i {
+    // SAFETY: 8 readable bytes; avx2 is enabled in the caller.
+    unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.as_ptr().cast())) }
+}
+
+/// 8 bytes as 8 i32 lanes, sign-extended.
+#[inline(always)]
+unsafe fn i8x8_to_i32(b: &[i8; 8]) -> __m256i {
+    // SAFETY: 8 readable bytes; avx2 is enabled in the caller.
+    unsafe { _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.as_ptr().cast())) }
+}
+
+impl KWeightTile for TileQ4K {
+    const HAS_MIN: bool = true;
+    const OFFSET: i32 = 0;
+    #[inline(always)]
+    unsafe fn unpack(&self, j: usize) -> [__m256i; 8] {
+        // SAFETY: chunk j / 2 is 256 readable bytes; avx2 is enabled in the caller.
+        unsafe {
+            let low = _mm256_set1_epi8(15);
+            let chunk = self.qs.as_ptr().add(256 * (j / 2));
+            let mut out = [_mm256_setzero_si256(); 8];
+            for (k, o) in out.iter_mut().enumerate() {
+                let v = _mm256_loadu_si256(chunk.add(32 * k).cast());
+                *o = if j % 2 == 0 {
+                    _mm256_and_si256(v, low)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
+                };
+            }
+            out
+        }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, j: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        let s = unsafe { u8x8_to_i32(&self.sc[j]) };
+        (s, s)
+    }
+    #[inline(always)]
+    unsafe fn mins(&self, j: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        let m = unsafe { u8x8_to_i32(&self.m[j]) };
+        (m, m)
+    }
+    #[inline(always)]
+    unsafe fn factors(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller. Negation flips the sign bit: exact, as `-dmin`.
+        unsafe {
+            let neg = _mm256_xor_ps(load_f16x8(&self.dmin), _mm256_set1_ps(-0.0));
+            (load_f16x8(&self.d), neg)
+        }
+    }
+}
+
+impl KWeightTile for TileQ6K {
+    const HAS_MIN: bool = false;
+    const OFFSET: i32 = 32;
+    /// Sub-block b = 4n + k': low nibbles (k' < 2) or high ones of `ql` chunk 2n + k' % 2, and
+    /// bits 2k'.. of `qh` chunk n above them.
+    #[inline(always)]
+    unsafe fn unpack(&self, b: usize) -> [__m256i; 8] {
+        // SAFETY: the chunks are 256 readable bytes each; avx2 is enabled in the caller.
+        unsafe {
+            let (n, kk) = (b / 4, b % 4);
+            let ql = self.ql.as_ptr().add(256 * (2 * n + kk % 2));
+            let qh = self.qh.as_ptr().add(256 * n);
+            let (low, three) = (_mm256_set1_epi8(15), _mm256_set1_epi8(3));
+            let shift = _mm_cvtsi32_si128(2 * kk as i32);
+            let mut out = [_mm256_setzero_si256(); 8];
+            for (k, o) in out.iter_mut().enumerate() {
+                let l = _mm256_loadu_si256(ql.add(32 * k).cast());
+                let l = if kk < 2 {
+                    _mm256_and_si256(l, low)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(l), low)
+                };
+                let h = _mm256_loadu_si256(qh.add(32 * k).cast());
+                // Bytes <= 3 shifted left by 4 stay inside their byte.
+                let h = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(h, shift), three));
+                *o = _mm256_or_si256(l, h);
+            }
+            out
+        }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, b: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            (
+                i8x8_to_i32(&self.sc[2 * b]),
+                i8x8_to_i32(&self.sc[2 * b + 1]),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn mins(&self, _: usize) -> (__m256i, __m256i) {
+        // SAFETY: avx2 is enabled in the caller.
+        unsafe { (_mm256_setzero_si256(), _mm256_setzero_si256()) }
+    }
+    #[inline(always)]
+    unsafe fn factors(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
+    }
+}
+
+/// One pass: the 8 rows of `tiles` (a row group's nbk super-blocks) by T tokens (`x[t]` is token
+/// t's first activation block). Lane r of result t is reference::dot_k_q8(row r, token t).
+#[inline(always)]
+unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
+    tiles: *const W,
+    x: &[*const BlockQ8Act; T],
+    nbk: usize,
+) -> [__m256; T] {
+    // SAFETY: the caller guarantees nbk readable tiles and 8 * nbk blocks per token; features
+    // are enabled in the caller.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); T];
+        for b in 0..nbk {
+            let t = &*tiles.add(b);
+            let (d, neg_dmin) = t.factors();
+            for j in 0..8 {
+                let w = t.unpack(j);
+                let (s0, s1) = t.scales(j);
+                let (m0, m1) = if W::HAS_MIN { t.mins(j) } else { (s0, s1) };
+                for (a, xt) in acc.iter_mut().zip(x) {
+                    let xb = &*xt.add(8 * b + j);
+                    let xq = xb.qs.as_ptr().cast::<i32>();
+                    let (mut isum0, mut isum1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                    for k in 0..4 {
+                        isum0 =
+                            D::dot_acc(isum0, w[k], _mm256_set1_epi32(xq.add(k).read_unaligned()));
+                        isum1 = D::dot_acc(
+                            isum1,
+                            w[4 + k],
+                            _mm256_set1_epi32(xq.add(4 + k).read_unaligned()),
+                        );
+                    }
+                    let sx0: i32 = xb.qs[..16].iter().map(|&q| q as i32).sum();
+                    let sx1 = xb.sum - sx0;
+                    if W::OFFSET != 0 {
+                        isum0 = _mm256_sub_epi32(isum0, _mm256_set1_epi32(W::OFFSET * sx0));
+                        isum1 = _mm256_sub_epi32(isum1, _mm256_set1_epi32(W::OFFSET * sx1));
+                    }
+                    let iscaled = _mm256_add_epi32(
+                        _mm256_mullo_epi32(s0, isum0),
+                        _mm256_mullo_epi32(s1, isum1),
+                    );
+                    let dx = _mm256_set1_ps(xb.d);
+                    let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(iscaled), _mm256_mul_ps(d, dx));
+                    if W::HAS_MIN {
+                        let imin = _mm256_add_epi32(
+                            _mm256_mullo_epi32(m0, _mm256_set1_epi32(sx0)),
+                            _mm256_mullo_epi32(m1, _mm256_set1_epi32(sx1)),
+                        );
+                        term = _mm256_add_ps(
+                            term,
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(neg_dmin, dx)),
+                        );
+                    }
+                    *a = _mm256_add_ps(*a, term);
+                }
+            }
+        }
+        acc
+    }
+}
+
+/// `out[t][i] = dot(w row first_row + i, x token t)` for K-quant weights: `tiles` are a tiled
+/// matrix of `rows` rows of `nbk` super-blocks. Otherwise identical to reference::matmul.
+#[inline(always)]
+pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
+    tiles: &[W],
+    rows: usize,
+    nbk: usize,
+    first_row: usize,
+    x: &[BlockQ8Act],
+    out: &mut [&mut [f32]],
+) {
+    let (n_tokens, n_rows) = check_matmul_q(tiles.len(), rows, nbk, first_row, x.len() / 8, out);
+    if n_rows == 0 {
+        return;
+    }
+    let nb = 8 * nbk;
+    let end_row = first_row + n_rows;
+    // SAFETY: check_matmul_q bounds the tiles and n_tokens * nbk super-blocks of activations
+    // (8 blocks each); features are enabled in the caller.
+    unsafe {
+        for g in first_row / ROWS..end_row.div_ceil(ROWS) {
+            let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
+            let group = tiles.as_ptr().add(g * nbk);
+            let mut t0 = 0;
+            while t0 < n_tokens {
+                let tt = (n_tokens - t0).min(4);
+                let mut lanes = [[0.0f32; ROWS]; 4];
+                macro_rules! run {
+                    ($t:literal) => {{
+                        let xs: [*const BlockQ8Act; $t] =
+                            std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
+                        let acc = tile_k::<D, W, $t>(group, &xs, nbk);
+                        for (lane, a) in lanes.iter_mut().zip(acc) {
+                            _mm256_storeu_ps(lane.as_mut_ptr(), a);
+                        }
+                    }};
+                }
+                match tt {
+                    4 => run!(4),
+                    3 => run!(3),
+                    2 => run!(2),
+                    _ => run!(1),
+                }
+                for (j, lane) in lanes.iter().take(tt).enumerate() {
+                    out[t0 + j][at..at + lane_hi - lane_lo]
+                        .copy_from_slice(&lane[lane_lo..lane_hi]);
+                }
+                t0 += tt;
+            }
+        }
     }
 }

@@ -39,7 +39,8 @@ macro_rules! backend {
         use std::sync::OnceLock;
 
         use crate::kernels::x86::common::{self, BF16Lanes, F16Lanes, F32Lanes};
-        use crate::kernels::{reference, Input, Kernels, KvHead, KvSlice, Matrix, MatrixData};
+        use crate::kernels::{reference, Input, KMatrix, Kernels, KvHead, KvSlice, Matrix, MatrixData};
+        use crate::quant::kquants::QK_K;
         use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0};
         use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8Act, BlockQ8_0, QK};
 
@@ -150,7 +151,13 @@ macro_rules! backend {
                         (MatrixData::BF16(d), Input::F32(x)) => {
                             common::matmul_f::<BF16Lanes>(d, cols, first_row, x, out)
                         }
-                        // The K-quants have no SIMD twin yet: the reference computes them (same bits).
+                        (MatrixData::K(KMatrix::Q4_K(d)), Input::Q8(x)) => {
+                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
+                        }
+                        (MatrixData::K(KMatrix::Q6_K(d)), Input::Q8(x)) => {
+                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
+                        }
+                        // Q2_K, Q3_K, Q5_K have no twin yet: the reference computes them (same bits).
                         (MatrixData::K(_), Input::Q8(_)) => crate::kernels::reference::matmul(w, first_row, x, out),
                         _ => panic!("matmul: weight type and activation type do not match"),
                     }
