@@ -744,7 +744,7 @@ mod tile_tests {
     }
 
     #[test]
-    fn q4_k_and_q6_k_tiles_round_trip_11_rows_of_3_super_blocks() {
+    fn q4_k_q5_k_q6_k_tiles_round_trip_11_rows_of_3_super_blocks() {
         let mut s = 7u64;
         let mut raw = |n: usize| -> Vec<u8> {
             (0..n)
@@ -765,9 +765,67 @@ mod tile_tests {
             .map(|_| BlockQ6K::from_bytes(&raw(210)))
             .collect();
         let t6: Vec<TileQ6K> = tile_rows(rows, nb, |r| &b6[r * nb..(r + 1) * nb]);
+        let b5: Vec<BlockQ5K> = (0..rows * nb)
+            .map(|_| BlockQ5K::from_bytes(&raw(176)))
+            .collect();
+        let t5: Vec<TileQ5K> = tile_rows(rows, nb, |r| &b5[r * nb..(r + 1) * nb]);
         for r in 0..rows {
+            assert_eq!(untile_row(&t5, nb, r), &b5[r * nb..(r + 1) * nb]);
             assert_eq!(untile_row(&t4, nb, r), &b4[r * nb..(r + 1) * nb]);
             assert_eq!(untile_row(&t6, nb, r), &b6[r * nb..(r + 1) * nb]);
+        }
+    }
+}
+
+/// Super-block b of 8 rows of Q5_K for the SIMD twins: [`TileQ4K`]'s layout, plus each row's
+/// 32 `qh` bytes interleaved in 4-byte columns (bit j of byte l is the fifth bit of sub-block
+/// j's element l).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ5K {
+    pub d: [u16; 8],
+    pub dmin: [u16; 8],
+    pub sc: [[u8; 8]; 8],
+    pub m: [[u8; 8]; 8],
+    pub qh: [u8; 8 * 32],
+    pub qs: [u8; 8 * 128],
+}
+const _: () = assert!(std::mem::size_of::<TileQ5K>() == 1440);
+
+impl super::repack::Tile for TileQ5K {
+    type Block = BlockQ5K;
+    const ZERO: Self = TileQ5K {
+        d: [0; 8],
+        dmin: [0; 8],
+        sc: [[0; 8]; 8],
+        m: [[0; 8]; 8],
+        qh: [0; 8 * 32],
+        qs: [0; 8 * 128],
+    };
+    fn block(&self, lane: usize) -> BlockQ5K {
+        let sc = std::array::from_fn(|j| self.sc[j][lane]);
+        let m = std::array::from_fn(|j| self.m[j][lane]);
+        BlockQ5K {
+            d: self.d[lane],
+            dmin: self.dmin[lane],
+            scales: pack_scale_min_k4(&sc, &m),
+            qh: std::array::from_fn(|i| self.qh[k_interleaved(lane, 0, i)]),
+            qs: std::array::from_fn(|i| self.qs[k_interleaved(lane, i / 32, i % 32)]),
+        }
+    }
+    fn set_block(&mut self, lane: usize, b: &BlockQ5K) {
+        self.d[lane] = b.d;
+        self.dmin[lane] = b.dmin;
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, &b.scales);
+            self.sc[j][lane] = sc;
+            self.m[j][lane] = m;
+        }
+        for (i, &q) in b.qh.iter().enumerate() {
+            self.qh[k_interleaved(lane, 0, i)] = q;
+        }
+        for (i, &q) in b.qs.iter().enumerate() {
+            self.qs[k_interleaved(lane, i / 32, i % 32)] = q;
         }
     }
 }

@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::ATTENTION_BLOCK;
-use crate::quant::kquants::{TileQ4K, TileQ6K};
+use crate::quant::kquants::{TileQ4K, TileQ5K, TileQ6K};
 use crate::quant::repack::{
     check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
     TILE_ROWS,
@@ -1011,6 +1011,56 @@ impl KWeightTile for TileQ4K {
                 } else {
                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
                 };
+            }
+            out
+        }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, j: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        let s = unsafe { u8x8_to_i32(&self.sc[j]) };
+        (s, s)
+    }
+    #[inline(always)]
+    unsafe fn mins(&self, j: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        let m = unsafe { u8x8_to_i32(&self.m[j]) };
+        (m, m)
+    }
+    #[inline(always)]
+    unsafe fn factors(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller. Negation flips the sign bit: exact, as `-dmin`.
+        unsafe {
+            let neg = _mm256_xor_ps(load_f16x8(&self.dmin), _mm256_set1_ps(-0.0));
+            (load_f16x8(&self.d), neg)
+        }
+    }
+}
+
+impl KWeightTile for TileQ5K {
+    const HAS_MIN: bool = true;
+    const OFFSET: i32 = 0;
+    /// [`TileQ4K`]'s nibbles with bit j of the `qh` column above them.
+    #[inline(always)]
+    unsafe fn unpack(&self, j: usize) -> [__m256i; 8] {
+        // SAFETY: the chunks are readable (256 bytes of qs per chunk, 256 of qh); avx2 is
+        // enabled in the caller.
+        unsafe {
+            let (low, one) = (_mm256_set1_epi8(15), _mm256_set1_epi8(1));
+            let chunk = self.qs.as_ptr().add(256 * (j / 2));
+            let shift = _mm_cvtsi32_si128(j as i32);
+            let mut out = [_mm256_setzero_si256(); 8];
+            for (k, o) in out.iter_mut().enumerate() {
+                let v = _mm256_loadu_si256(chunk.add(32 * k).cast());
+                let l = if j % 2 == 0 {
+                    _mm256_and_si256(v, low)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
+                };
+                let h = _mm256_loadu_si256(self.qh.as_ptr().add(32 * k).cast());
+                // Bytes <= 1 shifted left by 4 stay inside their byte.
+                let h = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(h, shift), one));
+                *o = _mm256_or_si256(l, h);
             }
             out
         }

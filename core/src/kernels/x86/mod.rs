@@ -154,10 +154,13 @@ macro_rules! backend {
                         (MatrixData::K(KMatrix::Q4_K(d)), Input::Q8(x)) => {
                             common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
                         }
+                        (MatrixData::K(KMatrix::Q5_K(d)), Input::Q8(x)) => {
+                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
+                        }
                         (MatrixData::K(KMatrix::Q6_K(d)), Input::Q8(x)) => {
                             common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
                         }
-                        // Q2_K, Q3_K, Q5_K have no twin yet: the reference computes them (same bits).
+                        // Q2_K and Q3_K have no twin yet: the reference computes them (same bits).
                         (MatrixData::K(_), Input::Q8(_)) => crate::kernels::reference::matmul(w, first_row, x, out),
                         _ => panic!("matmul: weight type and activation type do not match"),
                     }
