@@ -37,7 +37,7 @@ pub mod x86;
 pub mod tiles;
 
 use crate::quant::kquants::{
-    blocks_from_bytes, BlockQ2K, BlockQ3K, KBlock, TileK, TileQ4K, TileQ5K, TileQ6K, QK_K,
+    blocks_from_bytes, KBlock, TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K,
 };
 use crate::quant::repack::{
     tile_rows, untile_row, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0, TILE_ROWS,
@@ -83,8 +83,8 @@ pub enum MatrixData {
 #[derive(Debug, Clone)]
 #[allow(non_camel_case_types)]
 pub enum KMatrix {
-    Q2_K(Vec<TileK<BlockQ2K>>),
-    Q3_K(Vec<TileK<BlockQ3K>>),
+    Q2_K(Vec<TileQ2K>),
+    Q3_K(Vec<TileQ3K>),
     Q4_K(Vec<TileQ4K>),
     Q5_K(Vec<TileQ5K>),
     Q6_K(Vec<TileQ6K>),

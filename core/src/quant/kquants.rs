@@ -586,29 +586,6 @@ mod tests {
     }
 }
 
-/// Block b of 8 rows of a K-quant matrix: the rows' super-blocks side by side (lane r = row
-/// 8g + r). The reference reads them as stored; the SIMD twins of the K-quants will define
-/// their interleaved layout here.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TileK<B: KBlock> {
-    pub rows: [B; super::repack::TILE_ROWS],
-}
-
-impl<B: KBlock> super::repack::Tile for TileK<B> {
-    type Block = B;
-    const ZERO: Self = TileK {
-        rows: [B::ZERO; super::repack::TILE_ROWS],
-    };
-    #[inline(always)]
-    fn block(&self, lane: usize) -> B {
-        self.rows[lane]
-    }
-    fn set_block(&mut self, lane: usize, block: &B) {
-        self.rows[lane] = *block;
-    }
-}
-
 /// Index into an interleaved quant array of byte `i` (of a 32-byte chunk `chunk`) of `lane`'s
 /// block: `256 * chunk + 32 * (i / 4) + 4 * lane + i % 4`. One 256-bit load of column
 /// `(chunk, i / 4)` gives the 8 rows' 4 bytes, as in [`super::repack`].
@@ -826,6 +803,145 @@ impl super::repack::Tile for TileQ5K {
         }
         for (i, &q) in b.qs.iter().enumerate() {
             self.qs[k_interleaved(lane, i / 32, i % 32)] = q;
+        }
+    }
+}
+
+/// Q3_K's 16 six-bit scales packed back into 12 bytes (the inverse of [`q3k_scales`]).
+pub fn pack_q3k_scales(s: &[u8; 16]) -> [u8; 12] {
+    let mut q = [0u8; 12];
+    for i in 0..4 {
+        q[i] = (s[i] & 15) | ((s[8 + i] & 15) << 4);
+        q[4 + i] = (s[4 + i] & 15) | ((s[12 + i] & 15) << 4);
+        q[8 + i] =
+            (s[i] >> 4) | ((s[4 + i] >> 4) << 2) | ((s[8 + i] >> 4) << 4) | ((s[12 + i] >> 4) << 6);
+    }
+    q
+}
+
+/// Super-block b of 8 rows of Q2_K for the SIMD twins: f16 scales, the 16 half-sub-block
+/// scales and minimums decoded (`sc[s][lane]`, `m[s][lane]`, 0..=15), `qs` interleaved per
+/// 32-byte chunk (2 chunks).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ2K {
+    pub d: [u16; 8],
+    pub dmin: [u16; 8],
+    pub sc: [[u8; 8]; 16],
+    pub m: [[u8; 8]; 16],
+    pub qs: [u8; 8 * 64],
+}
+const _: () = assert!(std::mem::size_of::<TileQ2K>() == 800);
+
+impl super::repack::Tile for TileQ2K {
+    type Block = BlockQ2K;
+    const ZERO: Self = TileQ2K {
+        d: [0; 8],
+        dmin: [0; 8],
+        sc: [[0; 8]; 16],
+        m: [[0; 8]; 16],
+        qs: [0; 8 * 64],
+    };
+    fn block(&self, lane: usize) -> BlockQ2K {
+        BlockQ2K {
+            scales: std::array::from_fn(|s| self.sc[s][lane] | (self.m[s][lane] << 4)),
+            qs: std::array::from_fn(|i| self.qs[k_interleaved(lane, i / 32, i % 32)]),
+            d: self.d[lane],
+            dmin: self.dmin[lane],
+        }
+    }
+    fn set_block(&mut self, lane: usize, b: &BlockQ2K) {
+        self.d[lane] = b.d;
+        self.dmin[lane] = b.dmin;
+        for (s, &v) in b.scales.iter().enumerate() {
+            self.sc[s][lane] = v & 15;
+            self.m[s][lane] = v >> 4;
+        }
+        for (i, &q) in b.qs.iter().enumerate() {
+            self.qs[k_interleaved(lane, i / 32, i % 32)] = q;
+        }
+    }
+}
+
+/// Super-block b of 8 rows of Q3_K for the SIMD twins: f16 scales, the 16 half-sub-block
+/// scales decoded with their -32 (`sc[s][lane]`), `hmask` interleaved (1 chunk) and `qs` (2).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileQ3K {
+    pub d: [u16; 8],
+    pub sc: [[i8; 8]; 16],
+    pub hmask: [u8; 8 * 32],
+    pub qs: [u8; 8 * 64],
+}
+const _: () = assert!(std::mem::size_of::<TileQ3K>() == 912);
+
+impl super::repack::Tile for TileQ3K {
+    type Block = BlockQ3K;
+    const ZERO: Self = TileQ3K {
+        d: [0; 8],
+        sc: [[0; 8]; 16],
+        hmask: [0; 8 * 32],
+        qs: [0; 8 * 64],
+    };
+    fn block(&self, lane: usize) -> BlockQ3K {
+        let s: [u8; 16] = std::array::from_fn(|i| (self.sc[i][lane] as i32 + 32) as u8);
+        BlockQ3K {
+            hmask: std::array::from_fn(|i| self.hmask[k_interleaved(lane, 0, i)]),
+            qs: std::array::from_fn(|i| self.qs[k_interleaved(lane, i / 32, i % 32)]),
+            scales: pack_q3k_scales(&s),
+            d: self.d[lane],
+        }
+    }
+    fn set_block(&mut self, lane: usize, b: &BlockQ3K) {
+        self.d[lane] = b.d;
+        for (s, &v) in q3k_scales(&b.scales).iter().enumerate() {
+            self.sc[s][lane] = v - 32;
+        }
+        for (i, &q) in b.hmask.iter().enumerate() {
+            self.hmask[k_interleaved(lane, 0, i)] = q;
+        }
+        for (i, &q) in b.qs.iter().enumerate() {
+            self.qs[k_interleaved(lane, i / 32, i % 32)] = q;
+        }
+    }
+}
+
+#[cfg(test)]
+mod low_bit_tile_tests {
+    use super::*;
+    use crate::quant::repack::{tile_rows, untile_row};
+
+    fn raw(s: &mut u64, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                *s ^= *s << 13;
+                *s ^= *s >> 7;
+                *s ^= *s << 17;
+                *s as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pack_q3k_scales_inverts_q3k_scales_and_q2_k_q3_k_tiles_round_trip() {
+        let mut s = 11u64;
+        for _ in 0..2000 {
+            let q: [u8; 12] = raw(&mut s, 12).try_into().unwrap();
+            let v: [u8; 16] = q3k_scales(&q).map(|x| x as u8);
+            assert_eq!(pack_q3k_scales(&v), q);
+        }
+        let (rows, nb) = (11, 3);
+        let b2: Vec<BlockQ2K> = (0..rows * nb)
+            .map(|_| BlockQ2K::from_bytes(&raw(&mut s, 84)))
+            .collect();
+        let t2: Vec<TileQ2K> = tile_rows(rows, nb, |r| &b2[r * nb..(r + 1) * nb]);
+        let b3: Vec<BlockQ3K> = (0..rows * nb)
+            .map(|_| BlockQ3K::from_bytes(&raw(&mut s, 110)))
+            .collect();
+        let t3: Vec<TileQ3K> = tile_rows(rows, nb, |r| &b3[r * nb..(r + 1) * nb]);
+        for r in 0..rows {
+            assert_eq!(untile_row(&t2, nb, r), &b2[r * nb..(r + 1) * nb]);
+            assert_eq!(untile_row(&t3, nb, r), &b3[r * nb..(r + 1) * nb]);
         }
     }
 }

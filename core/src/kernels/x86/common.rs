@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::ATTENTION_BLOCK;
-use crate::quant::kquants::{TileQ4K, TileQ5K, TileQ6K};
+use crate::quant::kquants::{TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K};
 use crate::quant::repack::{
     check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
     TILE_ROWS,
@@ -1084,6 +1084,97 @@ impl KWeightTile for TileQ5K {
             let neg = _mm256_xor_ps(load_f16x8(&self.dmin), _mm256_set1_ps(-0.0));
             (load_f16x8(&self.d), neg)
         }
+    }
+}
+
+/// `qs` chunk `n`'s 8 columns shifted right by `shift` and masked to 2 bits (Q2_K and Q3_K's low
+/// bits of sub-block 4n + shift / 2).
+#[inline(always)]
+unsafe fn two_bit_columns(qs: *const u8, n: usize, shift: i32) -> [__m256i; 8] {
+    // SAFETY: the caller guarantees the chunk's 256 readable bytes; avx2 is enabled there.
+    unsafe {
+        let (three, count) = (_mm256_set1_epi8(3), _mm_cvtsi32_si128(shift));
+        let chunk = qs.add(256 * n);
+        let mut out = [_mm256_setzero_si256(); 8];
+        for (k, o) in out.iter_mut().enumerate() {
+            let v = _mm256_loadu_si256(chunk.add(32 * k).cast());
+            *o = _mm256_and_si256(_mm256_srl_epi16(v, count), three);
+        }
+        out
+    }
+}
+
+impl KWeightTile for TileQ2K {
+    const HAS_MIN: bool = true;
+    const OFFSET: i32 = 0;
+    #[inline(always)]
+    unsafe fn unpack(&self, b: usize) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller; chunk b / 4 of qs is in the tile.
+        unsafe { two_bit_columns(self.qs.as_ptr(), b / 4, 2 * (b % 4) as i32) }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, b: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            (
+                u8x8_to_i32(&self.sc[2 * b]),
+                u8x8_to_i32(&self.sc[2 * b + 1]),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn mins(&self, b: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (u8x8_to_i32(&self.m[2 * b]), u8x8_to_i32(&self.m[2 * b + 1])) }
+    }
+    #[inline(always)]
+    unsafe fn factors(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller. Negation flips the sign bit: exact, as `-dmin`.
+        unsafe {
+            let neg = _mm256_xor_ps(load_f16x8(&self.dmin), _mm256_set1_ps(-0.0));
+            (load_f16x8(&self.d), neg)
+        }
+    }
+}
+
+impl KWeightTile for TileQ3K {
+    const HAS_MIN: bool = false;
+    /// Stored as q + 4 = low bits + 4 * (hmask bit): 0..=7.
+    const OFFSET: i32 = 4;
+    #[inline(always)]
+    unsafe fn unpack(&self, b: usize) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller; the chunks are in the tile.
+        unsafe {
+            let mut out = two_bit_columns(self.qs.as_ptr(), b / 4, 2 * (b % 4) as i32);
+            let (one, count) = (_mm256_set1_epi8(1), _mm_cvtsi32_si128(b as i32));
+            for (k, o) in out.iter_mut().enumerate() {
+                let h = _mm256_loadu_si256(self.hmask.as_ptr().add(32 * k).cast());
+                // Bit b of the hmask byte, times 4 (bytes <= 1 shifted by 2 stay in their byte).
+                let h = _mm256_slli_epi16::<2>(_mm256_and_si256(_mm256_srl_epi16(h, count), one));
+                *o = _mm256_or_si256(*o, h);
+            }
+            out
+        }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, b: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            (
+                i8x8_to_i32(&self.sc[2 * b]),
+                i8x8_to_i32(&self.sc[2 * b + 1]),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn mins(&self, _: usize) -> (__m256i, __m256i) {
+        // SAFETY: avx2 is enabled in the caller.
+        unsafe { (_mm256_setzero_si256(), _mm256_setzero_si256()) }
+    }
+    #[inline(always)]
+    unsafe fn factors(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
     }
 }
 

@@ -151,6 +151,12 @@ macro_rules! backend {
                         (MatrixData::BF16(d), Input::F32(x)) => {
                             common::matmul_f::<BF16Lanes>(d, cols, first_row, x, out)
                         }
+                        (MatrixData::K(KMatrix::Q2_K(d)), Input::Q8(x)) => {
+                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
+                        }
+                        (MatrixData::K(KMatrix::Q3_K(d)), Input::Q8(x)) => {
+                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
+                        }
                         (MatrixData::K(KMatrix::Q4_K(d)), Input::Q8(x)) => {
                             common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
                         }
@@ -160,8 +166,6 @@ macro_rules! backend {
                         (MatrixData::K(KMatrix::Q6_K(d)), Input::Q8(x)) => {
                             common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
                         }
-                        // Q2_K and Q3_K have no twin yet: the reference computes them (same bits).
-                        (MatrixData::K(_), Input::Q8(_)) => crate::kernels::reference::matmul(w, first_row, x, out),
                         _ => panic!("matmul: weight type and activation type do not match"),
                     }
                 }
