@@ -974,8 +974,13 @@ pub trait KWeightTile: Tile {
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8];
     /// Integer scales of sub-block j's two halves, one i32 lane per row.
     unsafe fn scales(&self, j: usize) -> (__m256i, __m256i);
-    /// Integer minimums of sub-block j's halves (HAS_MIN only).
-    unsafe fn mins(&self, j: usize) -> (__m256i, __m256i);
+    /// Integer minimums of sub-block j's halves (read only when HAS_MIN).
+    #[inline(always)]
+    unsafe fn mins(&self, j: usize) -> (__m256i, __m256i) {
+        let _ = j;
+        // SAFETY: avx2 is enabled in the caller.
+        unsafe { (_mm256_setzero_si256(), _mm256_setzero_si256()) }
+    }
     /// (d, -dmin) of the 8 rows as f32 (-dmin zero without minimums).
     unsafe fn factors(&self) -> (__m256, __m256);
 }
@@ -994,46 +999,66 @@ unsafe fn i8x8_to_i32(b: &[i8; 8]) -> __m256i {
     unsafe { _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.as_ptr().cast())) }
 }
 
+/// One sub-block scale (or minimum) for both halves: Q4_K's and Q5_K's 32-element sub-blocks.
+#[inline(always)]
+unsafe fn both_halves(b: &[u8; 8]) -> (__m256i, __m256i) {
+    // SAFETY: forwarded to the caller.
+    let v = unsafe { u8x8_to_i32(b) };
+    (v, v)
+}
+
+/// (d, -dmin) of 8 rows; negation flips the sign bit, exact as the reference's `-dmin`.
+#[inline(always)]
+unsafe fn d_and_neg_dmin(d: &[u16; 8], dmin: &[u16; 8]) -> (__m256, __m256) {
+    // SAFETY: 16 readable bytes each; avx2 and f16c are enabled in the caller.
+    unsafe {
+        let neg = _mm256_xor_ps(load_f16x8(dmin), _mm256_set1_ps(-0.0));
+        (load_f16x8(d), neg)
+    }
+}
+
+/// Sub-block j's 4-bit quants in Q4_K's layout (chunk j / 2, low nibbles for even j).
+#[inline(always)]
+unsafe fn k4_nibble_columns(qs: &[u8; 8 * 128], j: usize) -> [__m256i; 8] {
+    // SAFETY: chunk j / 2 is 256 readable bytes; avx2 is enabled in the caller.
+    unsafe {
+        let low = _mm256_set1_epi8(15);
+        let chunk = qs.as_ptr().add(256 * (j / 2));
+        let mut out = [_mm256_setzero_si256(); 8];
+        for (k, o) in out.iter_mut().enumerate() {
+            let v = _mm256_loadu_si256(chunk.add(32 * k).cast());
+            *o = if j % 2 == 0 {
+                _mm256_and_si256(v, low)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
+            };
+        }
+        out
+    }
+}
+
 impl KWeightTile for TileQ4K {
     const HAS_MIN: bool = true;
     const OFFSET: i32 = 0;
     #[inline(always)]
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8] {
-        // SAFETY: chunk j / 2 is 256 readable bytes; avx2 is enabled in the caller.
-        unsafe {
-            let low = _mm256_set1_epi8(15);
-            let chunk = self.qs.as_ptr().add(256 * (j / 2));
-            let mut out = [_mm256_setzero_si256(); 8];
-            for (k, o) in out.iter_mut().enumerate() {
-                let v = _mm256_loadu_si256(chunk.add(32 * k).cast());
-                *o = if j % 2 == 0 {
-                    _mm256_and_si256(v, low)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
-                };
-            }
-            out
-        }
+        // SAFETY: forwarded to the caller.
+        unsafe { k4_nibble_columns(&self.qs, j) }
     }
     #[inline(always)]
     unsafe fn scales(&self, j: usize) -> (__m256i, __m256i) {
         // SAFETY: forwarded to the caller.
-        let s = unsafe { u8x8_to_i32(&self.sc[j]) };
-        (s, s)
+        unsafe { both_halves(&self.sc[j]) }
     }
     #[inline(always)]
     unsafe fn mins(&self, j: usize) -> (__m256i, __m256i) {
         // SAFETY: forwarded to the caller.
-        let m = unsafe { u8x8_to_i32(&self.m[j]) };
-        (m, m)
+        unsafe { both_halves(&self.m[j]) }
     }
     #[inline(always)]
     unsafe fn factors(&self) -> (__m256, __m256) {
-        // SAFETY: forwarded to the caller. Negation flips the sign bit: exact, as `-dmin`.
-        unsafe {
-            let neg = _mm256_xor_ps(load_f16x8(&self.dmin), _mm256_set1_ps(-0.0));
-            (load_f16x8(&self.d), neg)
-        }
+        // SAFETY: forwarded to the caller.
+        unsafe { d_and_neg_dmin(&self.d, &self.dmin) }
     }
 }
 
@@ -1046,21 +1071,14 @@ impl KWeightTile for TileQ5K {
         // SAFETY: the chunks are readable (256 bytes of qs per chunk, 256 of qh); avx2 is
         // enabled in the caller.
         unsafe {
-            let (low, one) = (_mm256_set1_epi8(15), _mm256_set1_epi8(1));
-            let chunk = self.qs.as_ptr().add(256 * (j / 2));
+            let one = _mm256_set1_epi8(1);
             let shift = _mm_cvtsi32_si128(j as i32);
-            let mut out = [_mm256_setzero_si256(); 8];
+            let mut out = k4_nibble_columns(&self.qs, j);
             for (k, o) in out.iter_mut().enumerate() {
-                let v = _mm256_loadu_si256(chunk.add(32 * k).cast());
-                let l = if j % 2 == 0 {
-                    _mm256_and_si256(v, low)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
-                };
                 let h = _mm256_loadu_si256(self.qh.as_ptr().add(32 * k).cast());
                 // Bytes <= 1 shifted left by 4 stay inside their byte.
                 let h = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(h, shift), one));
-                *o = _mm256_or_si256(l, h);
+                *o = _mm256_or_si256(*o, h);
             }
             out
         }
@@ -1068,22 +1086,17 @@ impl KWeightTile for TileQ5K {
     #[inline(always)]
     unsafe fn scales(&self, j: usize) -> (__m256i, __m256i) {
         // SAFETY: forwarded to the caller.
-        let s = unsafe { u8x8_to_i32(&self.sc[j]) };
-        (s, s)
+        unsafe { both_halves(&self.sc[j]) }
     }
     #[inline(always)]
     unsafe fn mins(&self, j: usize) -> (__m256i, __m256i) {
         // SAFETY: forwarded to the caller.
-        let m = unsafe { u8x8_to_i32(&self.m[j]) };
-        (m, m)
+        unsafe { both_halves(&self.m[j]) }
     }
     #[inline(always)]
     unsafe fn factors(&self) -> (__m256, __m256) {
-        // SAFETY: forwarded to the caller. Negation flips the sign bit: exact, as `-dmin`.
-        unsafe {
-            let neg = _mm256_xor_ps(load_f16x8(&self.dmin), _mm256_set1_ps(-0.0));
-            (load_f16x8(&self.d), neg)
-        }
+        // SAFETY: forwarded to the caller.
+        unsafe { d_and_neg_dmin(&self.d, &self.dmin) }
     }
 }
 
@@ -1129,11 +1142,8 @@ impl KWeightTile for TileQ2K {
     }
     #[inline(always)]
     unsafe fn factors(&self) -> (__m256, __m256) {
-        // SAFETY: forwarded to the caller. Negation flips the sign bit: exact, as `-dmin`.
-        unsafe {
-            let neg = _mm256_xor_ps(load_f16x8(&self.dmin), _mm256_set1_ps(-0.0));
-            (load_f16x8(&self.d), neg)
-        }
+        // SAFETY: forwarded to the caller.
+        unsafe { d_and_neg_dmin(&self.d, &self.dmin) }
     }
 }
 
@@ -1165,11 +1175,6 @@ impl KWeightTile for TileQ3K {
                 i8x8_to_i32(&self.sc[2 * b + 1]),
             )
         }
-    }
-    #[inline(always)]
-    unsafe fn mins(&self, _: usize) -> (__m256i, __m256i) {
-        // SAFETY: avx2 is enabled in the caller.
-        unsafe { (_mm256_setzero_si256(), _mm256_setzero_si256()) }
     }
     #[inline(always)]
     unsafe fn factors(&self) -> (__m256, __m256) {
@@ -1217,11 +1222,6 @@ impl KWeightTile for TileQ6K {
                 i8x8_to_i32(&self.sc[2 * b + 1]),
             )
         }
-    }
-    #[inline(always)]
-    unsafe fn mins(&self, _: usize) -> (__m256i, __m256i) {
-        // SAFETY: avx2 is enabled in the caller.
-        unsafe { (_mm256_setzero_si256(), _mm256_setzero_si256()) }
     }
     #[inline(always)]
     unsafe fn factors(&self) -> (__m256, __m256) {
