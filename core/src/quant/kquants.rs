@@ -5,7 +5,7 @@
 //! tests/tests/gguf_reference.rs). [`KBlock::sub_blocks`] gives what the row dot of rule 4
 //! reads: each 32-element sub-block's integer quants and its scale factors.
 
-use super::f16_to_f32;
+use super::{f16_to_f32, f32_to_f16};
 
 /// Elements per K-quant super-block.
 pub const QK_K: usize = 256;
@@ -516,6 +516,545 @@ pub fn dequantize_bytes<B: KBlock>(bytes: &[u8]) -> Vec<f32> {
     out
 }
 
+// ---------------------------------------------------------------------------------------------
+// Reference quantizers: llama.cpp's `quantize_row_q*_K_ref` (ggml-quants.c), which is what
+// llama-quantize runs for every K type when no importance matrix is given (`quantize_q*_K`
+// with `quant_weights == NULL`). Every float operation is written in the C source's order and
+// association; nothing is fused (ggml-quants.c is built into ggml-base without -mfma, so gcc
+// has no fused multiply-add to contract into), so the bytes equal llama-quantize's.
+
+/// Below this largest magnitude a group counts as all zeros (ggml's `GROUP_MAX_EPS`).
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// llama.cpp's `nearest_int`: round half to even by the 1.5 * 2^23 trick (exact for
+/// |x| <= 2^22; past that it wraps exactly as the C code does, never panics).
+#[inline(always)]
+fn nearest_int(x: f32) -> i32 {
+    let val = x + 12_582_912.0;
+    (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
+}
+
+/// The element of largest magnitude, with its sign (the first of equals), or `None` when
+/// every magnitude is below [`GROUP_MAX_EPS`] (the group counts as zeros).
+fn largest_magnitude(x: &[f32]) -> Option<f32> {
+    let mut max = 0.0f32;
+    let mut amax = 0.0f32;
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (amax >= GROUP_MAX_EPS).then_some(max)
+}
+
+/// llama.cpp's `make_qx_quants` with `rmse_type == 1` and no importance weights (the only way
+/// Q6_K calls it): signed quants `L[i] - nmax` in [-nmax, nmax - 1] and their scale, searched
+/// over 19 candidate scales for the least weighted (x^2) squared error.
+fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
+    let Some(max) = largest_magnitude(x) else {
+        l_out.fill(0);
+        return 0.0;
+    };
+    let clamp = |l: i32| l.clamp(-nmax, nmax - 1);
+    let mut iscale = -(nmax as f32) / max;
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for (&v, lo) in x.iter().zip(l_out.iter_mut()) {
+        let l = clamp(nearest_int(iscale * v));
+        *lo = (l + nmax) as i8;
+        let w = v * v;
+        sumlx = sumlx + w * v * l as f32;
+        suml2 = suml2 + w * l as f32 * l as f32;
+    }
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in -9i32..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
+        sumlx = 0.0;
+        suml2 = 0.0;
+        for &v in x {
+            let l = clamp(nearest_int(iscale * v));
+            let w = v * v;
+            sumlx = sumlx + w * v * l as f32;
+            suml2 = suml2 + w * l as f32 * l as f32;
+        }
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for (&v, lo) in x.iter().zip(l_out.iter_mut()) {
+                *lo = (nmax + clamp(nearest_int(iscale * v))) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// llama.cpp's `make_q3_quants` with `do_rmse`: quants in [0, 2 nmax) (offset by nmax), refined
+/// one element at a time (up to 5 passes) while the weighted error drops.
+fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
+    let Some(max) = largest_magnitude(x) else {
+        l_out.fill(0);
+        return 0.0;
+    };
+    let clamp = |l: i32| l.clamp(-nmax, nmax - 1);
+    let iscale = -(nmax as f32) / max;
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for (&v, lo) in x.iter().zip(l_out.iter_mut()) {
+        let l = clamp(nearest_int(iscale * v));
+        *lo = l as i8;
+        let w = v * v;
+        sumlx = sumlx + w * v * l as f32;
+        suml2 = suml2 + w * l as f32 * l as f32;
+    }
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for (&v, lo) in x.iter().zip(l_out.iter_mut()) {
+            let w = v * v;
+            let li = *lo as f32;
+            let mut slx = sumlx - w * v * li;
+            if slx > 0.0 {
+                let mut sl2 = suml2 - w * li * li;
+                let new_l = clamp(nearest_int(v * sl2 / slx));
+                if new_l != *lo as i32 {
+                    slx = slx + w * v * new_l as f32;
+                    sl2 = sl2 + w * new_l as f32 * new_l as f32;
+                    if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        *lo = new_l as i8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    for lo in l_out.iter_mut() {
+        *lo += nmax as i8;
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// Parameters of llama.cpp's `make_qkx2_quants` scale search.
+struct Qkx2 {
+    nmax: i32,
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+}
+
+/// llama.cpp's `make_qkx2_quants`: unsigned quants in [0, nmax] with a scale and a minimum
+/// (returned as (scale, -min)), searched over `nstep + 1` candidate scales for the least
+/// weighted error.
+fn make_qkx2_quants(p: &Qkx2, x: &[f32], weights: &[f32], l_out: &mut [u8]) -> (f32, f32) {
+    let n = x.len();
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w = sum_w + w;
+        sum_x = sum_x + w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l_out.fill(0);
+        return (0.0, -min);
+    }
+    let nmax = p.nmax;
+    let error = |diff: f32| if p.use_mad { diff.abs() } else { diff * diff };
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for i in 0..n {
+        let l = nearest_int(iscale * (x[i] - min));
+        l_out[i] = l.clamp(0, nmax) as u8;
+        let diff = scale * l_out[i] as f32 + min - x[i];
+        best_error = best_error + weights[i] * error(diff);
+    }
+    if p.nstep < 1 {
+        return (scale, -min);
+    }
+    let mut laux = [0u8; 32];
+    for is in 0..=p.nstep {
+        iscale = (p.rmin + p.rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for i in 0..n {
+            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            laux[i] = l as u8;
+            let (w, l) = (weights[i], l as f32);
+            sum_l = sum_l + w * l;
+            sum_l2 = sum_l2 + w * l * l;
+            sum_xl = sum_xl + w * l * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for i in 0..n {
+                let diff = this_scale * laux[i] as f32 + this_min - x[i];
+                cur_error = cur_error + weights[i] * error(diff);
+            }
+            if cur_error < best_error {
+                l_out.copy_from_slice(&laux[..n]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// Checks a row for whole super-blocks (the caller's invariant, as `assert(k % QK_K == 0)`).
+fn super_blocks<'a>(x: &'a [f32], ty: &str) -> std::slice::ChunksExact<'a, f32> {
+    assert!(
+        x.len().is_multiple_of(QK_K),
+        "{ty} rows hold whole 256-element super-blocks"
+    );
+    x.chunks_exact(QK_K)
+}
+
+/// The 2-bit quants of 256 elements packed as Q2_K and Q3_K store them: element
+/// 128n + 32s + l in bits 2s.. of byte 32n + l.
+fn pack_2bit(l: &[u8; QK_K]) -> [u8; QK_K / 4] {
+    std::array::from_fn(|b| {
+        let (n, l0) = (b / 32, b % 32);
+        let at = |s: usize| l[128 * n + 32 * s + l0];
+        at(0) | (at(1) << 2) | (at(2) << 4) | (at(3) << 6)
+    })
+}
+
+/// llama.cpp's `quantize_row_q2_K_ref`.
+pub fn quantize_q2_k(x: &[f32]) -> Vec<BlockQ2K> {
+    const Q4SCALE: f32 = 15.0;
+    let search = Qkx2 {
+        nmax: 3,
+        rmin: -0.5,
+        rdelta: 0.1,
+        nstep: 15,
+        use_mad: true,
+    };
+    super_blocks(x, "Q2_K")
+        .map(|x| {
+            let mut l = [0u8; QK_K];
+            let mut scales = [0.0f32; 16];
+            let mut mins = [0.0f32; 16];
+            let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+            for j in 0..16 {
+                let xs = &x[16 * j..16 * j + 16];
+                let weights: [f32; 16] = std::array::from_fn(|i| xs[i].abs());
+                (scales[j], mins[j]) =
+                    make_qkx2_quants(&search, xs, &weights, &mut l[16 * j..16 * j + 16]);
+                if scales[j] > max_scale {
+                    max_scale = scales[j];
+                }
+                if mins[j] > max_min {
+                    max_min = mins[j];
+                }
+            }
+            let mut y = BlockQ2K::ZERO;
+            if max_scale > 0.0 {
+                let iscale = Q4SCALE / max_scale;
+                for j in 0..16 {
+                    y.scales[j] = nearest_int(iscale * scales[j]) as u8;
+                }
+                y.d = f32_to_f16(max_scale / Q4SCALE);
+            } else {
+                y.d = f32_to_f16(0.0);
+            }
+            if max_min > 0.0 {
+                let iscale = Q4SCALE / max_min;
+                for j in 0..16 {
+                    y.scales[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
+                }
+                y.dmin = f32_to_f16(max_min / Q4SCALE);
+            } else {
+                y.dmin = f32_to_f16(0.0);
+            }
+            for j in 0..16 {
+                let d = f16_to_f32(y.d) * (y.scales[j] & 0xf) as f32;
+                if d == 0.0 {
+                    continue;
+                }
+                let dm = f16_to_f32(y.dmin) * (y.scales[j] >> 4) as f32;
+                for i in 0..16 {
+                    l[16 * j + i] = nearest_int((x[16 * j + i] + dm) / d).clamp(0, 3) as u8;
+                }
+            }
+            y.qs = pack_2bit(&l);
+            y
+        })
+        .collect()
+}
+
+/// llama.cpp's `quantize_row_q3_K_ref`.
+pub fn quantize_q3_k(x: &[f32]) -> Vec<BlockQ3K> {
+    super_blocks(x, "Q3_K")
+        .map(|x| {
+            let mut l = [0i8; QK_K];
+            let mut scales = [0.0f32; 16];
+            let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
+            for j in 0..16 {
+                scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
+                if scales[j].abs() > amax {
+                    amax = scales[j].abs();
+                    max_scale = scales[j];
+                }
+            }
+            let mut y = BlockQ3K::ZERO;
+            if max_scale != 0.0 {
+                let iscale = -32.0 / max_scale;
+                for j in 0..16 {
+                    // C stores nearest_int's result in an int8_t before clamping.
+                    let q = nearest_int(iscale * scales[j]) as i8;
+                    let q = (q.clamp(-32, 31) + 32) as u8;
+                    if j < 8 {
+                        y.scales[j] = q & 0xf;
+                    } else {
+                        y.scales[j - 8] |= (q & 0xf) << 4;
+                    }
+                    y.scales[j % 4 + 8] |= (q >> 4) << (2 * (j / 4));
+                }
+                y.d = f32_to_f16(1.0 / iscale);
+            } else {
+                y.d = f32_to_f16(0.0);
+            }
+            let sc = q3k_scales(&y.scales);
+            for j in 0..16 {
+                let d = f16_to_f32(y.d) * (sc[j] as i32 - 32) as f32;
+                if d == 0.0 {
+                    continue;
+                }
+                for i in 0..16 {
+                    l[16 * j + i] = nearest_int(x[16 * j + i] / d).clamp(-4, 3) as i8 + 4;
+                }
+            }
+            // The high bit of element j goes to bit j / 32 of hmask[j % 32].
+            let mut low = [0u8; QK_K];
+            for (j, &q) in l.iter().enumerate() {
+                let q = q as u8;
+                if q > 3 {
+                    y.hmask[j % 32] |= 1 << (j / 32);
+                    low[j] = q - 4;
+                } else {
+                    low[j] = q;
+                }
+            }
+            y.qs = pack_2bit(&low);
+            y
+        })
+        .collect()
+}
+
+/// The 8 sub-block scales and minimums of Q4_K / Q5_K (`make_qkx2_quants` over weights
+/// `sqrt(mean x^2) + |x|`), quantized to 6 bits against the super-block's largest: returns the
+/// block's (d, dmin, packed scales) and leaves each sub-block's first-pass quants in `l`.
+fn k4_scales(x: &[f32], search: &Qkx2, l: &mut [u8; QK_K]) -> (u16, u16, [u8; 12]) {
+    let mut scales = [0.0f32; 8];
+    let mut mins = [0.0f32; 8];
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0.0f32;
+        for &v in xs {
+            sum_x2 = sum_x2 + v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let weights: [f32; 32] = std::array::from_fn(|i| av_x + xs[i].abs());
+        (scales[j], mins[j]) = make_qkx2_quants(search, xs, &weights, &mut l[32 * j..32 * j + 32]);
+        if scales[j] > max_scale {
+            max_scale = scales[j];
+        }
+        if mins[j] > max_min {
+            max_min = mins[j];
+        }
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    // C stores nearest_int's result in a uint8_t before taking the minimum with 63.
+    let ls: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_scale * scales[j]) as u8).min(63));
+    let lm: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_min * mins[j]) as u8).min(63));
+    (
+        f32_to_f16(max_scale / 63.0),
+        f32_to_f16(max_min / 63.0),
+        pack_scale_min_k4(&ls, &lm),
+    )
+}
+
+/// The final quants of Q4_K / Q5_K in [0, nmax] against the block's stored (f16, 6-bit)
+/// scales; sub-blocks whose scale is 0 keep their first-pass quants.
+fn k4_final_quants(x: &[f32], d: u16, dmin: u16, packed: &[u8; 12], nmax: i32, l: &mut [u8; QK_K]) {
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, packed);
+        let d = f16_to_f32(d) * sc as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = f16_to_f32(dmin) * m as f32;
+        for i in 0..32 {
+            l[32 * j + i] = nearest_int((x[32 * j + i] + dm) / d).clamp(0, nmax) as u8;
+        }
+    }
+}
+
+/// The low nibbles of 256 quants as Q4_K / Q5_K store them: element 64c + i in the low nibble
+/// of byte 32c + i, element 64c + 32 + i in its high nibble.
+fn pack_nibbles(l: &[u8; QK_K]) -> [u8; QK_K / 2] {
+    std::array::from_fn(|b| {
+        let (c, i) = (b / 32, b % 32);
+        (l[64 * c + i] & 15) | ((l[64 * c + 32 + i] & 15) << 4)
+    })
+}
+
+/// llama.cpp's `quantize_row_q4_K_ref`.
+pub fn quantize_q4_k(x: &[f32]) -> Vec<BlockQ4K> {
+    let search = Qkx2 {
+        nmax: 15,
+        rmin: -1.0,
+        rdelta: 0.1,
+        nstep: 20,
+        use_mad: false,
+    };
+    super_blocks(x, "Q4_K")
+        .map(|x| {
+            let mut l = [0u8; QK_K];
+            let (d, dmin, scales) = k4_scales(x, &search, &mut l);
+            k4_final_quants(x, d, dmin, &scales, 15, &mut l);
+            BlockQ4K {
+                d,
+                dmin,
+                scales,
+                qs: pack_nibbles(&l),
+            }
+        })
+        .collect()
+}
+
+/// llama.cpp's `quantize_row_q5_K_ref`.
+pub fn quantize_q5_k(x: &[f32]) -> Vec<BlockQ5K> {
+    let search = Qkx2 {
+        nmax: 31,
+        rmin: -0.5,
+        rdelta: 0.1,
+        nstep: 15,
+        use_mad: false,
+    };
+    super_blocks(x, "Q5_K")
+        .map(|x| {
+            let mut l = [0u8; QK_K];
+            let (d, dmin, scales) = k4_scales(x, &search, &mut l);
+            k4_final_quants(x, d, dmin, &scales, 31, &mut l);
+            // Bit 4 of element 64c + i is bit 2c of qh[i]; of element 64c + 32 + i, bit 2c + 1.
+            let mut qh = [0u8; 32];
+            for c in 0..4 {
+                for i in 0..32 {
+                    qh[i] |= ((l[64 * c + i] >> 4) << (2 * c))
+                        | ((l[64 * c + 32 + i] >> 4) << (2 * c + 1));
+                }
+            }
+            BlockQ5K {
+                d,
+                dmin,
+                scales,
+                qh,
+                qs: pack_nibbles(&l),
+            }
+        })
+        .collect()
+}
+
+/// llama.cpp's `quantize_row_q6_K_ref`.
+pub fn quantize_q6_k(x: &[f32]) -> Vec<BlockQ6K> {
+    super_blocks(x, "Q6_K")
+        .map(|x| {
+            let mut l = [0i8; QK_K];
+            let mut scales = [0.0f32; 16];
+            let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+            for ib in 0..16 {
+                scales[ib] = make_qx_quants_rmse1(
+                    32,
+                    &x[16 * ib..16 * ib + 16],
+                    &mut l[16 * ib..16 * ib + 16],
+                );
+                if scales[ib].abs() > max_abs_scale {
+                    max_abs_scale = scales[ib].abs();
+                    max_scale = scales[ib];
+                }
+            }
+            let mut y = BlockQ6K::ZERO;
+            if max_abs_scale < GROUP_MAX_EPS {
+                return y;
+            }
+            let iscale = -128.0 / max_scale;
+            y.d = f32_to_f16(1.0 / iscale);
+            for ib in 0..16 {
+                y.scales[ib] = nearest_int(iscale * scales[ib]).min(127) as i8;
+            }
+            for j in 0..16 {
+                let d = f16_to_f32(y.d) * y.scales[j] as f32;
+                if d == 0.0 {
+                    continue;
+                }
+                for i in 0..16 {
+                    l[16 * j + i] = nearest_int(x[16 * j + i] / d).clamp(-32, 31) as i8 + 32;
+                }
+            }
+            // Element 128n + 32s + i: low nibble in ql[64n + 32(s % 2) + i] (low half for s < 2),
+            // high two bits at bits 2s of qh[32n + i].
+            for n in 0..2 {
+                for i in 0..32 {
+                    let q = |s: usize| l[128 * n + 32 * s + i] as u8;
+                    y.ql[64 * n + i] = (q(0) & 15) | ((q(2) & 15) << 4);
+                    y.ql[64 * n + 32 + i] = (q(1) & 15) | ((q(3) & 15) << 4);
+                    y.qh[32 * n + i] =
+                        (q(0) >> 4) | ((q(1) >> 4) << 2) | ((q(2) >> 4) << 4) | ((q(3) >> 4) << 6);
+                }
+            }
+            y
+        })
+        .collect()
+}
+
+/// Blocks -> stored bytes.
+pub fn blocks_to_bytes<B: KBlock>(blocks: &[B]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * B::BYTES);
+    for b in blocks {
+        b.to_bytes(&mut out);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -942,6 +1481,120 @@ mod low_bit_tile_tests {
         for r in 0..rows {
             assert_eq!(untile_row(&t2, nb, r), &b2[r * nb..(r + 1) * nb]);
             assert_eq!(untile_row(&t3, nb, r), &b3[r * nb..(r + 1) * nb]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod quantizer_tests {
+    use super::*;
+    use crate::quant::{dequantize_bytes, quantize_bytes, GgmlType};
+
+    const K_TYPES: [GgmlType; 5] = [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    /// 16 super-blocks of seeded values, each block with its own amplitude (1e-3 .. 1e3) and a
+    /// few blocks shifted all-positive or all-negative.
+    fn seeded() -> Vec<f32> {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        (0..16 * QK_K)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let u = (s >> 40) as f32 / 16_777_216.0 * 2.0 - 1.0;
+                let block = i / QK_K;
+                let amplitude = [1e-3f32, 0.02, 1.0, 1e3][block % 4];
+                let shift = [0.0f32, 0.0, 1.0, -1.0][block / 4];
+                (u + shift) * amplitude
+            })
+            .collect()
+    }
+
+    fn fnv1a(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// The bytes of llama.cpp's own quantizers (ggml_quantize_chunk without an importance
+    /// matrix, from libggml-base of the peer build) for [`seeded`], pinned by their FNV-1a hash.
+    #[test]
+    fn q2_k_q3_k_q4_k_q5_k_q6_k_of_16_seeded_super_blocks_are_llama_cpp_bytes() {
+        let x = seeded();
+        let want = [
+            (GgmlType::Q2_K, 0xfd9c_2281_9c96_263d),
+            (GgmlType::Q3_K, 0x1cb9_7fc7_0819_2e05),
+            (GgmlType::Q4_K, 0x9d02_9bf1_611f_4e4c),
+            (GgmlType::Q5_K, 0x4df7_2997_1bec_ebe2),
+            (GgmlType::Q6_K, 0xb0e3_9b86_5259_b3a4),
+        ];
+        for (ty, hash) in want {
+            let bytes = quantize_bytes(ty, &x).unwrap();
+            assert_eq!(bytes.len(), 16 * ty.block_bytes(), "{}", ty.name());
+            assert_eq!(fnv1a(&bytes), hash, "{}", ty.name());
+        }
+    }
+
+    /// llama.cpp's test-quantize-fns: data `0.1 + 2 cos(i)`, 4096 values, error
+    /// `sqrt(sum (x - y)^2) / n` below 0.0075 (Q2_K), 0.0040 (Q3_K), 0.002 (the others).
+    #[test]
+    fn q2_k_to_q6_k_round_trip_within_test_quantize_fns_bounds_on_4096_values() {
+        let x: Vec<f32> = (0..4096).map(|i| 0.1 + 2.0 * (i as f32).cos()).collect();
+        for ty in K_TYPES {
+            let y = dequantize_bytes(ty, &quantize_bytes(ty, &x).unwrap());
+            let sum: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| ((a - b) as f64).powi(2))
+                .sum();
+            let error = sum.sqrt() as f32 / x.len() as f32;
+            let bound = match ty {
+                GgmlType::Q2_K => 0.0075,
+                GgmlType::Q3_K => 0.0040,
+                _ => 0.002,
+            };
+            assert!(error < bound, "{}: {error} >= {bound}", ty.name());
+        }
+    }
+
+    #[test]
+    fn all_zero_super_blocks_quantize_to_zero_bytes_and_back_to_zeros() {
+        let x = vec![0.0f32; 2 * QK_K];
+        for ty in K_TYPES {
+            let bytes = quantize_bytes(ty, &x).unwrap();
+            assert!(bytes.iter().all(|&b| b == 0), "{}", ty.name());
+            assert!(dequantize_bytes(ty, &bytes).iter().all(|&v| v == 0.0));
+        }
+    }
+
+    /// One value of 1e4 among zeros: every type keeps it within its step (the other values
+    /// stay near zero), and nothing overflows.
+    #[test]
+    fn one_huge_value_among_zeros_is_kept_within_a_step() {
+        let mut x = vec![0.0f32; QK_K];
+        x[37] = 1e4;
+        for ty in K_TYPES {
+            let y = dequantize_bytes(ty, &quantize_bytes(ty, &x).unwrap());
+            assert!((y[37] - 1e4).abs() <= 1e4 / 3.0, "{}: {}", ty.name(), y[37]);
+            assert!(y.iter().all(|v| v.is_finite()), "{}", ty.name());
+        }
+    }
+
+    #[test]
+    fn nan_and_infinity_are_errors_naming_the_element() {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut x = vec![0.5f32; QK_K];
+            x[200] = bad;
+            for ty in K_TYPES.into_iter().chain([GgmlType::Q4_0, GgmlType::Q8_0]) {
+                let e = quantize_bytes(ty, &x).unwrap_err().to_string();
+                assert!(e.contains("element 200"), "{e}");
+            }
         }
     }
 }

@@ -640,9 +640,19 @@ fn blocks_to_f32<B>(
 }
 
 /// Encodes f32 values as raw little-endian tensor bytes of `ty` (quantizing with llama.cpp's
-/// reference quantizers). `x.len()` must be a whole number of blocks. The K-quants have no
-/// quantizer yet: an error naming the type.
+/// reference quantizers, `quantize_row_*_ref`, which llama-quantize runs without an importance
+/// matrix). `x.len()` must be a whole number of blocks. A NaN or infinity is an error for the
+/// block types (their scale searches have no meaning for it); F32/F16/BF16 store it as is.
 pub fn quantize_bytes(ty: GgmlType, x: &[f32]) -> crate::Result<Vec<u8>> {
+    if ty.block_len() > 1 {
+        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "cannot quantize to {}: element {i} is {}",
+                ty.name(),
+                x[i]
+            )));
+        }
+    }
     Ok(match ty {
         GgmlType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
         GgmlType::F16 => x
@@ -658,12 +668,11 @@ pub fn quantize_bytes(ty: GgmlType, x: &[f32]) -> crate::Result<Vec<u8>> {
         GgmlType::Q5_0 => q5_0_to_bytes(&quantize_q5_0(x)),
         GgmlType::Q5_1 => q5_1_to_bytes(&quantize_q5_1(x)),
         GgmlType::Q8_0 => q8_0_to_bytes(&quantize_q8_0(x)),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            return Err(crate::Error::InvalidArgument(format!(
-                "quantizing to {} is not supported yet (K-quant files load and run)",
-                ty.name()
-            )))
-        }
+        GgmlType::Q2_K => kquants::blocks_to_bytes(&kquants::quantize_q2_k(x)),
+        GgmlType::Q3_K => kquants::blocks_to_bytes(&kquants::quantize_q3_k(x)),
+        GgmlType::Q4_K => kquants::blocks_to_bytes(&kquants::quantize_q4_k(x)),
+        GgmlType::Q5_K => kquants::blocks_to_bytes(&kquants::quantize_q5_k(x)),
+        GgmlType::Q6_K => kquants::blocks_to_bytes(&kquants::quantize_q6_k(x)),
     })
 }
 
