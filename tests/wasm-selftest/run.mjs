@@ -65,15 +65,16 @@ console.log(simd.length === 0
 // The matmul benchmark, self-contained so it can also run inside a Chromium page (its source
 // is sent there): `exports` are the instance's exports, `names` the backends. Returns lines.
 function benchMatmul(exports, names) {
-  const cols = 576;
   const lines = [];
-  // [type, kind, rows, tokens]: a layer's FFN matrix (L2-sized) for decode and prefill, and
-  // the tied output head (30 MB, streamed from memory) for decode.
-  const cases = [['Q4_1', 0, 1536, 1], ['Q4_1', 0, 1536, 16], ['Q8_0', 1, 49152, 1]];
+  // [type, kind, rows, tokens]: SmolLM2's FFN matrix (576 columns, L2-sized) for decode and
+  // prefill, its tied output head (30 MB, streamed from memory) for decode, and Gemma 3 270M's
+  // FFN down projection (640 x 2048) as Q4_K and Q6_K.
+  const cases = [['Q4_1', 0, 1536, 1], ['Q4_1', 0, 1536, 16], ['Q8_0', 1, 49152, 1],
+    ['Q4_K', 2, 640, 1], ['Q4_K', 2, 640, 16], ['Q6_K', 3, 640, 1], ['Q6_K', 3, 640, 16]];
   for (const [type, kind, rows, tokens] of cases) {
-    exports.inferno_bench_setup(kind, rows, tokens);
+    const cols = exports.inferno_bench_setup(kind, rows, tokens);
     names.forEach((name, index) => {
-      const iterations = Math.max(1, Math.round(300000 / (rows * tokens)));
+      const iterations = Math.max(1, Math.round(300000 * 576 / (rows * cols * tokens)));
       exports.inferno_bench_run(index, iterations);
       const times = [];
       for (let trial = 0; trial < 7; trial++) {

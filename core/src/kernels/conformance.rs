@@ -11,7 +11,8 @@ use super::testdata::{
     bits_eq, q4_0_blocks, q4_1_blocks, q5_0_blocks, q5_1_blocks, q8_0_blocks, random_activations,
     random_matrix, Rng,
 };
-use super::{reference, Input, Kernels, KvHead, KvSlice};
+use super::{reference, Input, Kernels, KvHead, KvSlice, Matrix};
+use crate::quant::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, KBlock, QK_K};
 use crate::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
 
 /// The seed every driver uses unless told otherwise (the wasm runner passes the same).
@@ -234,26 +235,92 @@ fn matmul_case(ty: GgmlType, rows: usize, cols: usize, tokens: usize, first_row:
     Case::new(name, move |k, rng| {
         let w = random_matrix(rng, ty, first_row + rows + 2, cols);
         let x = random_activations(rng, tokens, cols);
-        let mut q8 = vec![BlockQ8Act::default(); x.len() / QK];
-        if w.wants_q8() {
-            reference::quantize_q8(&x, &mut q8);
-        }
-        let input = if w.wants_q8() {
-            Input::Q8(&q8)
-        } else {
-            Input::F32(&x)
-        };
-        let run = |k: &Kernels| {
-            let mut out = vec![0.0f32; tokens * rows];
-            let mut outs: Vec<&mut [f32]> = out.chunks_mut(rows.max(1)).take(tokens).collect();
-            if rows == 0 {
-                outs = (0..tokens).map(|_| <&mut [f32]>::default()).collect();
-            }
-            (k.matmul)(&w, first_row, &input, &mut outs);
-            out
-        };
-        bits_eq("out", k.name, &run(k), &run(&reference::KERNELS))
+        matmul_eq(k, &w, first_row, rows, tokens, &x)
     })
+}
+
+/// `k.matmul` of rows `first_row .. first_row + rows` of `w` by the `tokens` activations `x`,
+/// bitwise against the reference.
+fn matmul_eq(
+    k: &Kernels,
+    w: &Matrix,
+    first_row: usize,
+    rows: usize,
+    tokens: usize,
+    x: &[f32],
+) -> Result<(), String> {
+    let mut q8 = vec![BlockQ8Act::default(); x.len() / QK];
+    if w.wants_q8() {
+        reference::quantize_q8(x, &mut q8);
+    }
+    let input = if w.wants_q8() {
+        Input::Q8(&q8)
+    } else {
+        Input::F32(x)
+    };
+    let run = |k: &Kernels| {
+        let mut out = vec![0.0f32; tokens * rows];
+        let mut outs: Vec<&mut [f32]> = out.chunks_mut(rows.max(1)).take(tokens).collect();
+        if rows == 0 {
+            outs = (0..tokens).map(|_| <&mut [f32]>::default()).collect();
+        }
+        (k.matmul)(w, first_row, &input, &mut outs);
+        out
+    };
+    bits_eq("out", k.name, &run(k), &run(&reference::KERNELS))
+}
+
+/// A K-quant matrix of `rows` rows and 512 columns whose every block byte is `fill` (0xff: every
+/// quant, sub-block scale and minimum at its maximum) with super-block scales `d` and `dmin`
+/// (f16 bits), against activations of alternating sign at the int8 extremes (or with one
+/// huge value per block), `tokens` tokens.
+fn matmul_k_extreme_case(
+    ty: GgmlType,
+    fill: u8,
+    d: u16,
+    dmin: u16,
+    rows: usize,
+    tokens: usize,
+) -> Case {
+    let name = format!(
+        "matmul_k_extreme(type={},fill={fill:#04x},d={d:#06x},dmin={dmin:#06x},rows={rows},tokens={tokens})",
+        ty.name()
+    );
+    Case::new(name, move |k, rng| {
+        let cols = 512;
+        let w = match ty {
+            GgmlType::Q2_K => filled_k::<BlockQ2K>(ty, rows + 1, cols, fill, d, dmin),
+            GgmlType::Q3_K => filled_k::<BlockQ3K>(ty, rows + 1, cols, fill, d, dmin),
+            GgmlType::Q4_K => filled_k::<BlockQ4K>(ty, rows + 1, cols, fill, d, dmin),
+            GgmlType::Q5_K => filled_k::<BlockQ5K>(ty, rows + 1, cols, fill, d, dmin),
+            _ => filled_k::<BlockQ6K>(ty, rows + 1, cols, fill, d, dmin),
+        };
+        let mut x: Vec<f32> = (0..tokens * cols)
+            .map(|i| if (i / 3) % 2 == 0 { 1.0 } else { -1.0 })
+            .collect();
+        if rng.below(2) == 0 {
+            x.iter_mut().step_by(QK).for_each(|v| *v = -3e4);
+        }
+        matmul_eq(k, &w, 1, rows, tokens, &x)
+    })
+}
+
+/// A K-quant matrix whose every block is `fill` bytes with super-block scales `d`, `dmin`.
+fn filled_k<B: KBlock>(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    fill: u8,
+    d: u16,
+    dmin: u16,
+) -> Matrix {
+    let mut b = B::from_bytes(&vec![fill; B::BYTES]);
+    b.set_scales(d, dmin);
+    let mut bytes = Vec::new();
+    for _ in 0..rows * cols / QK_K {
+        b.to_bytes(&mut bytes);
+    }
+    Matrix::from_bytes("filled", ty, rows, cols, &bytes).expect("whole super-blocks")
 }
 
 fn matmul(all: &mut Vec<Case>) {
@@ -282,14 +349,31 @@ fn matmul(all: &mut Vec<Case>) {
             }
         }
     }
-    // Every K type has x86 twins; wasm runs the reference for them until its twins come.
+    // Every K type has x86 and wasm twins.
     for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
         for (rows, cols, tokens) in [(17, 256, 1), (9, 768, 3), (33, 1536, 2), (8, 256, 9)] {
             all.push(matmul_case(ty, rows, cols, tokens, 3));
         }
-        for rows in [1, 7, 8, 9, 16, 17] {
-            for tokens in [1, 2, 3, 4, 5, 9] {
-                all.push(matmul_case(ty, rows, 512, tokens, rows % 6));
+        for rows in 1..=17 {
+            for tokens in 1..=9 {
+                all.push(matmul_case(ty, rows, 256, tokens, rows % 6));
+            }
+        }
+        // Every byte 0xff (every quant, scale and minimum at its maximum), 0x7f, 0x80 (Q6_K's
+        // signed scale extremes) or 0, with the extreme super-block scales: 65504, -65504, the
+        // smallest subnormal, inf and NaN.
+        for fill in [0xff, 0x7f, 0x80, 0x00] {
+            for (d, dmin) in [
+                (0x7bff, 0x7bff),
+                (0xfbff, 0x7bff),
+                (0x0001, 0x8001),
+                (0x7c00, 0x3c00),
+                (0x3c00, 0x7c00),
+                (0x7e00, 0x3c00),
+            ] {
+                for (rows, tokens) in [(1, 1), (9, 5)] {
+                    all.push(matmul_k_extreme_case(ty, fill, d, dmin, rows, tokens));
+                }
             }
         }
     }

@@ -10,7 +10,8 @@
 use std::sync::Mutex;
 
 use inferno_core::kernels::{Input, Kernels, Matrix};
-use inferno_core::quant::{BlockQ4_1, BlockQ8Act, BlockQ8_0, QK};
+use inferno_core::quant::kquants::{BlockQ4K, BlockQ6K, KBlock, QK_K};
+use inferno_core::quant::{BlockQ4_1, BlockQ8Act, BlockQ8_0, GgmlType, QK};
 
 static MESSAGE: Mutex<String> = Mutex::new(String::new());
 
@@ -65,7 +66,8 @@ fn self_test(_seed: u64) -> Result<(), String> {
 }
 
 /// The benchmark's data: a quantized matrix of SmolLM2-135M's width (576 columns; Q4_1 as its
-/// layers, Q8_0 as its tied output head) and `tokens` quantized activations.
+/// layers, Q8_0 as its tied output head) or of Gemma 3 270M's FFN down projection (2048 columns;
+/// Q4_K and Q6_K as in its Q4_K_M file) and `tokens` quantized activations.
 struct Bench {
     w: Matrix,
     rows: usize,
@@ -76,13 +78,16 @@ struct Bench {
 
 static BENCH: Mutex<Option<Bench>> = Mutex::new(None);
 
-/// Columns of the benchmark matrix.
+/// Columns of the per-block benchmark matrices.
 pub const BENCH_COLS: usize = 576;
+/// Columns of the K-quant benchmark matrices.
+pub const BENCH_K_COLS: usize = 2048;
 
-/// Prepares the benchmark: a `rows` x 576 matrix of `kind` 0 = Q4_1 or 1 = Q8_0, and `tokens`
-/// tokens (deterministic pseudo-random data).
+/// Prepares the benchmark: a `rows` x cols matrix of `kind` 0 = Q4_1 or 1 = Q8_0 (576 columns),
+/// 2 = Q4_K or 3 = Q6_K (2048 columns), and `tokens` tokens (deterministic pseudo-random data).
+/// Returns cols.
 #[no_mangle]
-pub extern "C" fn inferno_bench_setup(kind: u32, rows: u32, tokens: u32) {
+pub extern "C" fn inferno_bench_setup(kind: u32, rows: u32, tokens: u32) -> u32 {
     let (rows, tokens) = (rows.max(1) as usize, tokens.max(1) as usize);
     let mut state = 0x1234_5678_u32;
     let mut next = move || {
@@ -91,8 +96,32 @@ pub extern "C" fn inferno_bench_setup(kind: u32, rows: u32, tokens: u32) {
         state ^= state << 5;
         state
     };
-    let nb = BENCH_COLS / QK;
-    let w = if kind == 1 {
+    let cols = if kind >= 2 { BENCH_K_COLS } else { BENCH_COLS };
+    let nb = cols / QK;
+    let w = if kind >= 2 {
+        // Random quants, sub-block scales and minimums, then finite super-block scales.
+        fn k_bytes<B: KBlock>(n: usize, next: &mut impl FnMut() -> u32) -> Vec<u8> {
+            let mut bytes = Vec::with_capacity(n * B::BYTES);
+            for _ in 0..n {
+                let raw: Vec<u8> = (0..B::BYTES).map(|_| next() as u8).collect();
+                let mut block = B::from_bytes(&raw);
+                let (d, dmin) = (
+                    0x2000 | (next() & 0x3ff) as u16,
+                    0x1000 | (next() & 0x3ff) as u16,
+                );
+                block.set_scales(d, dmin);
+                block.to_bytes(&mut bytes);
+            }
+            bytes
+        }
+        let n = rows * cols / QK_K;
+        let (ty, bytes) = if kind == 2 {
+            (GgmlType::Q4_K, k_bytes::<BlockQ4K>(n, &mut next))
+        } else {
+            (GgmlType::Q6_K, k_bytes::<BlockQ6K>(n, &mut next))
+        };
+        Matrix::from_bytes("bench", ty, rows, cols, &bytes).expect("whole super-blocks")
+    } else if kind == 1 {
         let blocks: Vec<BlockQ8_0> = (0..rows * nb)
             .map(|_| BlockQ8_0 {
                 d: 0x2000 | (next() & 0x3ff) as u16,
@@ -110,7 +139,7 @@ pub extern "C" fn inferno_bench_setup(kind: u32, rows: u32, tokens: u32) {
             .collect();
         Matrix::from_q4_1(rows, BENCH_COLS, &blocks)
     };
-    let xf: Vec<f32> = (0..tokens * BENCH_COLS)
+    let xf: Vec<f32> = (0..tokens * cols)
         .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
         .collect();
     let mut x = vec![BlockQ8Act::default(); tokens * nb];
@@ -123,6 +152,7 @@ pub extern "C" fn inferno_bench_setup(kind: u32, rows: u32, tokens: u32) {
         out,
         tokens,
     });
+    cols as u32
 }
 
 /// Runs the benchmark matmul `iterations` times with backend `backend` (an index into

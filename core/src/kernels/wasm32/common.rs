@@ -10,7 +10,8 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::{self, ATTENTION_BLOCK};
-use crate::kernels::{Input, KvHead, KvSlice, Matrix, MatrixData};
+use crate::kernels::{Input, KMatrix, KvHead, KvSlice, Matrix, MatrixData};
+use crate::quant::kquants::{TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K};
 use crate::quant::repack::{
     check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
     TILE_ROWS,
@@ -961,26 +962,372 @@ fn tile<D: IntDot<W>, W: WeightTile, const T: usize>(
     acc
 }
 
-/// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
-/// are a tiled matrix of `rows` rows of `nb` blocks. Otherwise identical to reference::matmul.
-/// Row groups only partly inside the range compute all 8 lanes and keep the ones asked for.
+// ---------------------------------------------------------------------------------------------
+// K-quants (rule 4's super-block sequence), on the tiles the x86 twins read (quant::kquants):
+// per 32-element sub-block the 8 rows' unsigned quants `q + OFFSET` in 8 columns of 4 bytes
+// (rows 0..4 / 4..8 in one v128 each), exact integer dots per 16-element half, then per lane the
+// reference's `iscaled = s0 * isum_0 + s1 * isum_1`, `imin = m0 * sum_x0 + m1 * sum_x1` and
+// `acc + (iscaled * (d * dx) + imin * (-dmin * dx))` (no minimum term for Q3_K and Q6_K).
+
+/// A K-quant tile as the wasm twins read it.
+pub trait KWeightTile: Tile {
+    const HAS_MIN: bool;
+    /// The quants are stored as `q + OFFSET` (unsigned); the dots subtract `OFFSET * sum_x`.
+    const OFFSET: i32;
+    /// The largest stored quant (bounds the relaxed dot's i16 pair sums).
+    const MAX_Q: i32;
+    /// Sub-block j's 8 columns, `[rows 0..4 / 4..8][k]`: lane r holds row r's unsigned quants of
+    /// elements 4k .. 4k + 4 of the sub-block.
+    fn unpack(&self, j: usize) -> [[v128; 8]; 2];
+    /// Integer scales of sub-block j's two halves, `[half][rows 0..4 / 4..8]`, one i32 per row.
+    fn scales(&self, j: usize) -> [[v128; 2]; 2];
+    /// Integer minimums of sub-block j's halves (read only when HAS_MIN).
+    fn mins(&self, j: usize) -> [[v128; 2]; 2] {
+        let _ = j;
+        [[i32x4_splat(0); 2]; 2]
+    }
+    /// (d, -dmin) of the 8 rows as f32 (-dmin zero without minimums).
+    fn factors(&self) -> ([v128; 2], [v128; 2]);
+}
+
+/// 8 bytes (one per row) as two i32x4, zero-extended.
 #[inline(always)]
-pub fn matmul_q<D: IntDot<W>, W: WeightTile>(
+fn u8x8_to_i32(b: &[u8; 8]) -> [v128; 2] {
+    let w = |r: usize| {
+        i32x4(
+            b[r] as i32,
+            b[r + 1] as i32,
+            b[r + 2] as i32,
+            b[r + 3] as i32,
+        )
+    };
+    [w(0), w(4)]
+}
+
+/// One sub-block scale (or minimum) for both halves: Q4_K's and Q5_K's 32-element sub-blocks.
+#[inline(always)]
+fn both_halves(b: &[u8; 8]) -> [[v128; 2]; 2] {
+    let v = u8x8_to_i32(b);
+    [v, v]
+}
+
+/// 8 signed bytes (one per row) as two i32x4.
+#[inline(always)]
+fn i8x8_to_i32(b: &[i8; 8]) -> [v128; 2] {
+    let w = |r: usize| {
+        i32x4(
+            b[r] as i32,
+            b[r + 1] as i32,
+            b[r + 2] as i32,
+            b[r + 3] as i32,
+        )
+    };
+    [w(0), w(4)]
+}
+
+/// (d, -dmin) of 8 rows; f32x4.neg flips the sign bit, exactly as the reference's `-dmin`.
+#[inline(always)]
+fn d_and_neg_dmin(d: &[u16; 8], dmin: &[u16; 8]) -> ([v128; 2], [v128; 2]) {
+    let (d, m) = (load_u16x8(d, 0), load_u16x8(dmin, 0));
+    let finite = no_inf_nan(v128_or(d, m));
+    (
+        f16x8_to_f32(d, finite),
+        f16x8_to_f32(m, finite).map(|v| f32x4_neg(v)),
+    )
+}
+
+/// d of 8 rows, and a zero -dmin.
+#[inline(always)]
+fn d_only(d: &[u16; 8]) -> ([v128; 2], [v128; 2]) {
+    let d = load_u16x8(d, 0);
+    (f16x8_to_f32(d, no_inf_nan(d)), [f32x4_splat(0.0); 2])
+}
+
+/// Every 16-byte piece of a chunk's 8 columns (`chunk` is its first byte), mapped by `f`.
+#[inline(always)]
+fn chunk_columns<const N: usize>(
+    bytes: &[u8; N],
+    chunk: usize,
+    f: impl Fn(v128) -> v128,
+) -> [[v128; 8]; 2] {
+    std::array::from_fn(|h| std::array::from_fn(|k| f(load_quants(bytes, chunk + 32 * k + 16 * h))))
+}
+
+/// Sub-block j's 4-bit quants in Q4_K's layout (chunk j / 2, low nibbles for even j).
+#[inline(always)]
+fn k4_nibble_columns(qs: &[u8; 8 * 128], j: usize) -> [[v128; 8]; 2] {
+    let low = u8x16_splat(15);
+    let shift = 4 * (j % 2) as u32;
+    chunk_columns(qs, 256 * (j / 2), |v| v128_and(u8x16_shr(v, shift), low))
+}
+
+/// `cols | (((bits >> shift) & mask) << up)` per byte, `bits` read as `chunk_columns` does.
+#[inline(always)]
+fn or_high_bits<const N: usize>(
+    cols: [[v128; 8]; 2],
+    bits: &[u8; N],
+    chunk: usize,
+    shift: u32,
+    mask: u8,
+    up: u32,
+) -> [[v128; 8]; 2] {
+    let high = chunk_columns(bits, chunk, |v| {
+        u8x16_shl(v128_and(u8x16_shr(v, shift), u8x16_splat(mask)), up)
+    });
+    std::array::from_fn(|h| std::array::from_fn(|k| v128_or(cols[h][k], high[h][k])))
+}
+
+impl KWeightTile for TileQ4K {
+    const HAS_MIN: bool = true;
+    const OFFSET: i32 = 0;
+    const MAX_Q: i32 = 15;
+    #[inline(always)]
+    fn unpack(&self, j: usize) -> [[v128; 8]; 2] {
+        k4_nibble_columns(&self.qs, j)
+    }
+    #[inline(always)]
+    fn scales(&self, j: usize) -> [[v128; 2]; 2] {
+        both_halves(&self.sc[j])
+    }
+    #[inline(always)]
+    fn mins(&self, j: usize) -> [[v128; 2]; 2] {
+        both_halves(&self.m[j])
+    }
+    #[inline(always)]
+    fn factors(&self) -> ([v128; 2], [v128; 2]) {
+        d_and_neg_dmin(&self.d, &self.dmin)
+    }
+}
+
+impl KWeightTile for TileQ5K {
+    const HAS_MIN: bool = true;
+    const OFFSET: i32 = 0;
+    const MAX_Q: i32 = 31;
+    /// [`TileQ4K`]'s nibbles with bit j of the `qh` column above them.
+    #[inline(always)]
+    fn unpack(&self, j: usize) -> [[v128; 8]; 2] {
+        or_high_bits(k4_nibble_columns(&self.qs, j), &self.qh, 0, j as u32, 1, 4)
+    }
+    #[inline(always)]
+    fn scales(&self, j: usize) -> [[v128; 2]; 2] {
+        both_halves(&self.sc[j])
+    }
+    #[inline(always)]
+    fn mins(&self, j: usize) -> [[v128; 2]; 2] {
+        both_halves(&self.m[j])
+    }
+    #[inline(always)]
+    fn factors(&self) -> ([v128; 2], [v128; 2]) {
+        d_and_neg_dmin(&self.d, &self.dmin)
+    }
+}
+
+/// `qs` chunk `b / 4`'s columns shifted right by `2 * (b % 4)` and masked to 2 bits (Q2_K and
+/// Q3_K's low bits of sub-block b).
+#[inline(always)]
+fn two_bit_columns(qs: &[u8; 8 * 64], b: usize) -> [[v128; 8]; 2] {
+    let three = u8x16_splat(3);
+    let shift = 2 * (b % 4) as u32;
+    chunk_columns(qs, 256 * (b / 4), |v| v128_and(u8x16_shr(v, shift), three))
+}
+
+impl KWeightTile for TileQ2K {
+    const HAS_MIN: bool = true;
+    const OFFSET: i32 = 0;
+    const MAX_Q: i32 = 3;
+    #[inline(always)]
+    fn unpack(&self, b: usize) -> [[v128; 8]; 2] {
+        two_bit_columns(&self.qs, b)
+    }
+    #[inline(always)]
+    fn scales(&self, b: usize) -> [[v128; 2]; 2] {
+        [
+            u8x8_to_i32(&self.sc[2 * b]),
+            u8x8_to_i32(&self.sc[2 * b + 1]),
+        ]
+    }
+    #[inline(always)]
+    fn mins(&self, b: usize) -> [[v128; 2]; 2] {
+        [u8x8_to_i32(&self.m[2 * b]), u8x8_to_i32(&self.m[2 * b + 1])]
+    }
+    #[inline(always)]
+    fn factors(&self) -> ([v128; 2], [v128; 2]) {
+        d_and_neg_dmin(&self.d, &self.dmin)
+    }
+}
+
+impl KWeightTile for TileQ3K {
+    const HAS_MIN: bool = false;
+    /// Stored as q + 4 = low bits + 4 * (hmask bit): 0..=7.
+    const OFFSET: i32 = 4;
+    const MAX_Q: i32 = 7;
+    #[inline(always)]
+    fn unpack(&self, b: usize) -> [[v128; 8]; 2] {
+        or_high_bits(two_bit_columns(&self.qs, b), &self.hmask, 0, b as u32, 1, 2)
+    }
+    #[inline(always)]
+    fn scales(&self, b: usize) -> [[v128; 2]; 2] {
+        [
+            i8x8_to_i32(&self.sc[2 * b]),
+            i8x8_to_i32(&self.sc[2 * b + 1]),
+        ]
+    }
+    #[inline(always)]
+    fn factors(&self) -> ([v128; 2], [v128; 2]) {
+        d_only(&self.d)
+    }
+}
+
+impl KWeightTile for TileQ6K {
+    const HAS_MIN: bool = false;
+    const OFFSET: i32 = 32;
+    const MAX_Q: i32 = 63;
+    /// Sub-block b = 4n + k': low nibbles (k' < 2) or high ones of `ql` chunk 2n + k' % 2, and
+    /// bits 2k'.. of `qh` chunk n above them.
+    #[inline(always)]
+    fn unpack(&self, b: usize) -> [[v128; 8]; 2] {
+        let (n, kk) = (b / 4, b % 4);
+        let low = u8x16_splat(15);
+        let shift = 4 * (kk / 2) as u32;
+        let l = chunk_columns(&self.ql, 256 * (2 * n + kk % 2), |v| {
+            v128_and(u8x16_shr(v, shift), low)
+        });
+        or_high_bits(l, &self.qh, 256 * n, 2 * kk as u32, 3, 4)
+    }
+    #[inline(always)]
+    fn scales(&self, b: usize) -> [[v128; 2]; 2] {
+        [
+            i8x8_to_i32(&self.sc[2 * b]),
+            i8x8_to_i32(&self.sc[2 * b + 1]),
+        ]
+    }
+    #[inline(always)]
+    fn factors(&self) -> ([v128; 2], [v128; 2]) {
+        d_only(&self.d)
+    }
+}
+
+/// How a backend takes the exact integer dots of a K tile's sub-block halves.
+pub trait KIntDot {
+    type Activations: Copy;
+    fn activations(block: &BlockQ8Act) -> Self::Activations;
+    /// Lane r: Σ over the 16 elements of half `half` of u · x for the 4 rows of `w` (w's 4
+    /// columns of that half, unsigned quants 0..=max_q), exact.
+    fn dot_half(w: &[v128; 4], x: &Self::Activations, half: usize, max_q: i32) -> v128;
+}
+
+impl KIntDot for Widen {
+    type Activations = [v128; 8];
+    #[inline(always)]
+    fn activations(block: &BlockQ8Act) -> [v128; 8] {
+        broadcast_columns_i16(block)
+    }
+    #[inline(always)]
+    fn dot_half(w: &[v128; 4], x: &[v128; 8], half: usize, _max_q: i32) -> v128 {
+        let x: [v128; 4] = std::array::from_fn(|c| x[4 * half + c]);
+        dot_widened(w, &x)
+    }
+}
+
+/// One pass: the 8 rows of `tiles` (a row group's nbk super-blocks) by T tokens (`x[t]` is token
+/// t's blocks). Lane r of half h of result t is reference::dot_k_q8(row 4h + r, token t).
+#[inline(always)]
+fn tile_k<D: KIntDot, W: KWeightTile, const T: usize>(
+    tiles: &[W],
+    x: &[&[BlockQ8Act]; T],
+) -> [[v128; 2]; T] {
+    let mut acc = [[f32x4_splat(0.0); 2]; T];
+    for (b, t) in tiles.iter().enumerate() {
+        let (d, neg_dmin) = t.factors();
+        for j in 0..8 {
+            let w = t.unpack(j);
+            let halves: [[[v128; 4]; 2]; 2] = std::array::from_fn(|h| {
+                std::array::from_fn(|e| std::array::from_fn(|c| w[h][4 * e + c]))
+            });
+            let s = t.scales(j);
+            let m = if W::HAS_MIN { t.mins(j) } else { s };
+            for (a, xt) in acc.iter_mut().zip(x) {
+                let xb = &xt[8 * b + j];
+                let xa = D::activations(xb);
+                let sx0: i32 = xb.qs[..16].iter().map(|&q| q as i32).sum();
+                let sx1 = xb.sum - sx0;
+                let dx = f32x4_splat(xb.d);
+                *a = std::array::from_fn(|h| {
+                    let mut isum0 = D::dot_half(&halves[h][0], &xa, 0, W::MAX_Q);
+                    let mut isum1 = D::dot_half(&halves[h][1], &xa, 1, W::MAX_Q);
+                    if W::OFFSET != 0 {
+                        isum0 = i32x4_sub(isum0, i32x4_splat(W::OFFSET * sx0));
+                        isum1 = i32x4_sub(isum1, i32x4_splat(W::OFFSET * sx1));
+                    }
+                    let iscaled = i32x4_add(i32x4_mul(s[0][h], isum0), i32x4_mul(s[1][h], isum1));
+                    let mut term = f32x4_mul(f32x4_convert_i32x4(iscaled), f32x4_mul(d[h], dx));
+                    if W::HAS_MIN {
+                        let imin = i32x4_add(
+                            i32x4_mul(m[0][h], i32x4_splat(sx0)),
+                            i32x4_mul(m[1][h], i32x4_splat(sx1)),
+                        );
+                        term = f32x4_add(
+                            term,
+                            f32x4_mul(f32x4_convert_i32x4(imin), f32x4_mul(neg_dmin[h], dx)),
+                        );
+                    }
+                    f32x4_add(a[h], term)
+                });
+            }
+        }
+    }
+    acc
+}
+
+/// One pass of a row group's tiles by T tokens, for [`matmul_tiles`].
+trait Pass<W> {
+    fn run<const T: usize>(group: &[W], x: &[&[BlockQ8Act]; T]) -> [[v128; 2]; T];
+}
+
+/// Rule 4's per-block pass ([`tile`]).
+struct BlockPass<D>(std::marker::PhantomData<D>);
+
+impl<D: IntDot<W>, W: WeightTile> Pass<W> for BlockPass<D> {
+    #[inline(always)]
+    fn run<const T: usize>(group: &[W], x: &[&[BlockQ8Act]; T]) -> [[v128; 2]; T] {
+        tile::<D, W, T>(group, x)
+    }
+}
+
+/// Rule 4's per-super-block pass ([`tile_k`]).
+struct SuperBlockPass<D>(std::marker::PhantomData<D>);
+
+impl<D: KIntDot, W: KWeightTile> Pass<W> for SuperBlockPass<D> {
+    #[inline(always)]
+    fn run<const T: usize>(group: &[W], x: &[&[BlockQ8Act]; T]) -> [[v128; 2]; T] {
+        tile_k::<D, W, T>(group, x)
+    }
+}
+
+/// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
+/// are a tiled matrix of `rows` rows of `nt` tiles, each over `per_tile` activation blocks.
+/// Otherwise identical to reference::matmul. Row groups only partly inside the range compute
+/// all 8 lanes and keep the ones asked for.
+#[inline(always)]
+fn matmul_tiles<P: Pass<W>, W: Tile>(
     tiles: &[W],
     rows: usize,
-    nb: usize,
+    nt: usize,
+    per_tile: usize,
     first_row: usize,
     x: &[BlockQ8Act],
     out: &mut [&mut [f32]],
 ) {
-    let (n_tokens, n_rows) = check_matmul_q(tiles.len(), rows, nb, first_row, x.len(), out);
+    let (n_tokens, n_rows) =
+        check_matmul_q(tiles.len(), rows, nt, first_row, x.len() / per_tile, out);
     if n_rows == 0 {
         return;
     }
+    let nb = nt * per_tile;
     let end_row = first_row + n_rows;
     for g in first_row / ROWS..end_row.div_ceil(ROWS) {
         let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
-        let group = &tiles[g * nb..(g + 1) * nb];
+        let group = &tiles[g * nt..(g + 1) * nt];
         let mut t0 = 0;
         while t0 < n_tokens {
             let tt = (n_tokens - t0).min(TOKENS);
@@ -989,7 +1336,7 @@ pub fn matmul_q<D: IntDot<W>, W: WeightTile>(
                 ($t:literal) => {{
                     let xs: [&[BlockQ8Act]; $t] =
                         std::array::from_fn(|j| &x[(t0 + j) * nb..(t0 + j + 1) * nb]);
-                    let acc = tile::<D, W, $t>(group, &xs);
+                    let acc = P::run::<$t>(group, &xs);
                     for (lane, a) in lanes.iter_mut().zip(acc) {
                         store_f32x4(lane, 0, a[0]);
                         store_f32x4(lane, 4, a[1]);
@@ -1008,6 +1355,32 @@ pub fn matmul_q<D: IntDot<W>, W: WeightTile>(
             t0 += tt;
         }
     }
+}
+
+/// Rule 4 for the per-block types: `tiles` are `rows` rows of `nb` blocks.
+#[inline(always)]
+pub fn matmul_q<D: IntDot<W>, W: WeightTile>(
+    tiles: &[W],
+    rows: usize,
+    nb: usize,
+    first_row: usize,
+    x: &[BlockQ8Act],
+    out: &mut [&mut [f32]],
+) {
+    matmul_tiles::<BlockPass<D>, W>(tiles, rows, nb, 1, first_row, x, out)
+}
+
+/// Rule 4 for the K-quants: `tiles` are `rows` rows of `nbk` super-blocks (8 blocks each).
+#[inline(always)]
+pub fn matmul_k<D: KIntDot, W: KWeightTile>(
+    tiles: &[W],
+    rows: usize,
+    nbk: usize,
+    first_row: usize,
+    x: &[BlockQ8Act],
+    out: &mut [&mut [f32]],
+) {
+    matmul_tiles::<SuperBlockPass<D>, W>(tiles, rows, nbk, QK_K / QK, first_row, x, out)
 }
 
 /// The quantized dot of one row (the table's dot_*_q8 entries): the row is tiled (lanes 1..8
@@ -1044,7 +1417,12 @@ fn matmul_f<L: Lanes>(
 #[inline(always)]
 pub fn matmul<D>(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]])
 where
-    D: IntDot<TileQ4_0> + IntDot<TileQ4_1> + IntDot<TileQ5_0> + IntDot<TileQ5_1> + IntDot<TileQ8_0>,
+    D: IntDot<TileQ4_0>
+        + IntDot<TileQ4_1>
+        + IntDot<TileQ5_0>
+        + IntDot<TileQ5_1>
+        + IntDot<TileQ8_0>
+        + KIntDot,
 {
     let (rows, cols, nb) = (w.rows, w.cols, w.cols / QK);
     match (&w.data, x) {
@@ -1066,8 +1444,16 @@ where
         (MatrixData::F32(d), Input::F32(x)) => matmul_f::<F32Lanes>(d, cols, first_row, x, out),
         (MatrixData::F16(d), Input::F32(x)) => matmul_f::<F16Lanes>(d, cols, first_row, x, out),
         (MatrixData::BF16(d), Input::F32(x)) => matmul_f::<BF16Lanes>(d, cols, first_row, x, out),
-        // The K-quants have no SIMD twin yet: the reference computes them (same bits).
-        (MatrixData::K(_), Input::Q8(_)) => crate::kernels::reference::matmul(w, first_row, x, out),
+        (MatrixData::K(k), Input::Q8(x)) => {
+            let nbk = cols / QK_K;
+            match k {
+                KMatrix::Q2_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
+                KMatrix::Q3_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
+                KMatrix::Q4_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
+                KMatrix::Q5_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
+                KMatrix::Q6_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
+            }
+        }
         _ => panic!("matmul: weight type and activation type do not match"),
     }
 }

@@ -3,11 +3,12 @@
 //! unpacked nibbles (0..=15) as the 7-bit one. Its result is implementation-defined only when
 //! that operand exceeds 127, so here it is the exact dot on every engine. Q4_0's `q - 8` is
 //! taken as `dot(q, x) - 8 * sum_x` (rule 3's block sum). Q8_0 weights are signed (-127..=127),
-//! so they keep simd128's widening dot. Optimized twins of reference.rs, bit-identical.
+//! so they keep simd128's widening dot. The K-quants' unsigned quants (at most 63, Q6_K's
+//! q + 32) are the 7-bit operand too. Optimized twins of reference.rs, bit-identical.
 
 use core::arch::wasm32::*;
 
-use super::common::{unpack_nibble_columns, unpack_q5_columns, IntDot, Widen};
+use super::common::{unpack_nibble_columns, unpack_q5_columns, IntDot, KIntDot, Widen};
 use crate::quant::BlockQ8Act;
 
 super::common::backend!("relaxed", int_dot: RelaxedDot);
@@ -132,5 +133,32 @@ impl IntDot<TileQ8_0> for RelaxedDot {
     #[inline(always)]
     fn dot(w: &Self::Weights, x: &Self::Activations) -> [v128; 2] {
         <Widen as IntDot<TileQ8_0>>::dot(w, x)
+    }
+}
+
+/// The K-quants' sub-block halves: 4 columns of unsigned quants 0..=max_q (Q2_K 3, Q3_K's q + 4
+/// 7, Q4_K 15, Q5_K 31, Q6_K's q + 32 63) against the signed activations. One column's i16 pair
+/// sums are at most 2 * 128 * max_q in size (Q6_K: 16128); n columns may be added as i16 while
+/// n * 2 * 128 * max_q <= 32767: all 4 up to Q5_K (4 * 256 * 31 = 31744), 2 for Q6_K
+/// (2 * 256 * 63 = 32256), so Q6_K widens every 2 columns.
+impl KIntDot for RelaxedDot {
+    type Activations = [v128; 8];
+    #[inline(always)]
+    fn activations(block: &BlockQ8Act) -> [v128; 8] {
+        broadcast_columns(block)
+    }
+    #[inline(always)]
+    fn dot_half(w: &[v128; 4], x: &[v128; 8], half: usize, max_q: i32) -> v128 {
+        let x = &x[4 * half..4 * half + 4];
+        let pair = |c: usize| i16x8_relaxed_dot_i8x16_i7x16(x[c], w[c]);
+        if 4 * 2 * 128 * max_q <= i16::MAX as i32 {
+            let sum = i16x8_add(i16x8_add(pair(0), pair(1)), i16x8_add(pair(2), pair(3)));
+            i32x4_extadd_pairwise_i16x8(sum)
+        } else {
+            i32x4_add(
+                i32x4_extadd_pairwise_i16x8(i16x8_add(pair(0), pair(1))),
+                i32x4_extadd_pairwise_i16x8(i16x8_add(pair(2), pair(3))),
+            )
+        }
     }
 }
