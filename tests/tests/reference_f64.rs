@@ -56,6 +56,7 @@ fn config(arch: &str) -> ModelConfig {
         attention_bias: arch == "qwen2",
         qk_norm: arch == "qwen3",
         sliding_window: None,
+        extras: Default::default(),
     }
 }
 
