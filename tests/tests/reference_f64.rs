@@ -358,11 +358,17 @@ fn gemma3_six_layers_window_4_agrees_with_f64_and_batched_equals_token_by_token(
     let (bytes, _) = model(c, None, 77);
     let engine = Engine::from_gguf_bytes(&bytes, EngineOptions::default()).unwrap();
     let batched = engine.new_session().append_all_logits(&PROMPT).unwrap();
+    assert_token_by_token_equals(&engine, &batched);
+}
+
+/// The contract on the quantized cache path: one token at a time gives `batched`'s bits.
+fn assert_token_by_token_equals(engine: &Engine, batched: &[f32]) {
     let mut s = engine.new_session();
     let mut stepwise = Vec::new();
     for &t in &PROMPT {
         stepwise.extend(s.append_all_logits(&[t]).unwrap());
     }
+    assert_eq!(stepwise.len(), batched.len());
     assert!(batched
         .iter()
         .zip(&stepwise)
@@ -389,15 +395,6 @@ fn mistral_sliding_window_5_agrees_with_f64_and_batched_equals_token_by_token() 
     let (windowed, unwindowed) = (logits(&bytes), logits(&full));
     assert_eq!(windowed[..5 * VOCAB], unwindowed[..5 * VOCAB]);
     assert_ne!(windowed[5 * VOCAB..], unwindowed[5 * VOCAB..]);
-    // The contract on the quantized cache path: one token at a time gives the same bits.
     let engine = Engine::from_gguf_bytes(&bytes, EngineOptions::default()).unwrap();
-    let mut s = engine.new_session();
-    let mut stepwise = Vec::new();
-    for &t in &PROMPT {
-        stepwise.extend(s.append_all_logits(&[t]).unwrap());
-    }
-    assert!(windowed
-        .iter()
-        .zip(&stepwise)
-        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert_token_by_token_equals(&engine, &windowed);
 }
