@@ -32,6 +32,11 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// ChatML, for models that ship no template.
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/// Gemma's turns, for Gemma vocabularies whose file ships no template (as Google's template
+/// renders string contents: BOS, a system message as the first user turn's prefix, roles
+/// alternating from the user, the assistant called "model").
+const GEMMA: &str = "{{ bos_token }}{% if messages and messages[0]['role'] == 'system' %}{% set prefix = messages[0]['content'] + '\n\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set prefix = '' %}{% set loop_messages = messages %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\n' + (prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
 /// A compiled chat template with the special-token strings it may refer to.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -75,6 +80,14 @@ impl ChatTemplate {
     pub fn chatml() -> ChatTemplate {
         // The source is ours and known to compile; failing here is a bug in this file.
         ChatTemplate::new(CHATML, "", "<|im_end|>").expect("the built-in ChatML template compiles")
+    }
+
+    /// Gemma's turn format (`<start_of_turn>role\ncontent<end_of_turn>\n`), for Gemma models
+    /// without a template.
+    pub fn gemma(bos_token: &str) -> ChatTemplate {
+        // The source is ours and known to compile; failing here is a bug in this file.
+        ChatTemplate::new(GEMMA, bos_token, "<end_of_turn>")
+            .expect("the built-in Gemma template compiles")
     }
 
     /// Pins the date `strftime_now` reports (the default is today's UTC date; in the browser,

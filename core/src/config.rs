@@ -8,7 +8,7 @@ use crate::quant::GgmlType;
 use crate::{Error, Result};
 
 /// Architectures the one Llama forward computes.
-pub const ARCHITECTURES: [&str; 4] = ["llama", "qwen2", "qwen3", "mistral"];
+pub const ARCHITECTURES: [&str; 5] = ["llama", "qwen2", "qwen3", "mistral", "gemma3"];
 
 /// How RoPE frequencies are scaled (HF `rope_scaling`).
 #[derive(Debug, Clone, PartialEq)]
@@ -49,8 +49,43 @@ pub struct ModelConfig {
     /// Per-head RMSNorm on Q and K before RoPE (Qwen3).
     pub qk_norm: bool,
     /// Attention sees only the last this many positions, the query's own included (Mistral's
-    /// sliding window); None: every position.
+    /// sliding window); None: every position. `extras.sliding_window_pattern` says which
+    /// layers it applies to.
     pub sliding_window: Option<usize>,
+    /// What Gemma 3 adds to the Llama layer; `Extras::default()` for the others.
+    pub extras: Extras,
+}
+
+/// The activation of the FFN gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activation {
+    /// SiLU (SwiGLU): Llama, Qwen, Mistral.
+    #[default]
+    Silu,
+    /// GELU, tanh approximation (GeGLU): Gemma.
+    GeluTanh,
+}
+
+/// Architecture features beyond Llama's, each off in `Extras::default()`; Gemma 3 turns them
+/// all on. Read from metadata where the file has them, else from the values llama.cpp
+/// hard-codes for the architecture (so a file means what it means there).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Extras {
+    pub activation: Activation,
+    /// The token embeddings are multiplied by this before the first layer (Gemma: sqrt(dim),
+    /// in f32, as llama.cpp's `ggml_scale(inp, sqrtf(n_embd))`); None: not scaled.
+    pub embedding_scale: Option<f32>,
+    /// Attention scores are `dot(q, k) * attention_scale` (rule 6); None: 1 / sqrt(head_dim).
+    pub attention_scale: Option<f32>,
+    /// With a sliding window: layer l is windowed ("local") when `l % n < n - 1`, so the last
+    /// layer of every group of n is global (llama.cpp's swa pattern; Gemma 3: 6). None: the
+    /// window applies to every layer (Mistral).
+    pub sliding_window_pattern: Option<usize>,
+    /// RoPE base of the windowed layers, never scaled (Gemma 3: 10000); None: `rope_theta`.
+    pub rope_theta_local: Option<f32>,
+    /// Every layer RMS-normalizes its attention and FFN outputs before each residual add
+    /// (Gemma's `post_attention_norm` and `post_ffw_norm`).
+    pub post_norms: bool,
 }
 
 impl ModelConfig {
@@ -62,6 +97,22 @@ impl ModelConfig {
     /// Width of one layer's Q vector.
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
+    }
+
+    /// The sliding window of layer `l`, if that layer has one (rule 6).
+    pub fn layer_window(&self, l: usize) -> Option<usize> {
+        let local = match self.extras.sliding_window_pattern {
+            None => true,
+            Some(n) => l % n < n - 1,
+        };
+        self.sliding_window.filter(|_| local)
+    }
+
+    /// The factor of every attention score (rule 6).
+    pub fn attention_scale(&self) -> f32 {
+        self.extras
+            .attention_scale
+            .unwrap_or_else(|| 1.0 / (self.head_dim as f32).sqrt())
     }
 
     /// Checks the relations the forward relies on, so a malformed file fails at load with a
@@ -106,6 +157,17 @@ impl ModelConfig {
         }
         if let Some(scaling) = &self.rope_scaling {
             scaling.validate()?;
+        }
+        let e = &self.extras;
+        let positive = |x: Option<f32>| x.is_none_or(|x| x.is_finite() && x > 0.0);
+        if !positive(e.embedding_scale) || !positive(e.attention_scale) {
+            return bad("the embedding and attention scales must be finite and positive");
+        }
+        if !positive(e.rope_theta_local) {
+            return bad("the local RoPE base must be finite and positive");
+        }
+        if e.sliding_window_pattern == Some(0) {
+            return bad("a sliding-window pattern of 0 layers has no layer");
         }
         Ok(())
     }
@@ -225,10 +287,15 @@ impl ModelConfig {
             }
         }
         let rope_scaling = Self::gguf_rope_scaling(file, &architecture, head_dim)?;
+        let n_layers = file.get_usize(&key("block_count"))?;
+        let extras = match architecture.as_str() {
+            "gemma3" => Self::gemma3_extras(dim, n_heads, head_dim, n_layers),
+            _ => Extras::default(),
+        };
         let config = ModelConfig {
             dim,
             hidden_dim: file.get_usize(&key("feed_forward_length"))?,
-            n_layers: file.get_usize(&key("block_count"))?,
+            n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -242,9 +309,39 @@ impl ModelConfig {
             qk_norm: file.tensor_info("blk.0.attn_q_norm.weight").is_some(),
             sliding_window: file.opt_usize(&key("attention.sliding_window"))?,
             architecture,
+            extras,
         };
+        if config.extras.sliding_window_pattern.is_some() && config.sliding_window.is_none() {
+            // llama.cpp requires the key for gemma3.
+            return Err(Error::metadata(
+                format!("{}.attention.sliding_window", config.architecture),
+                "missing (the architecture's local layers need it)",
+            ));
+        }
         config.validate()?;
         Ok(config)
+    }
+
+    /// Gemma 3 as llama.cpp loads it (`LLM_ARCH_GEMMA3` in llama-model.cpp): these are not in
+    /// the file but fixed for the architecture there.
+    fn gemma3_extras(dim: usize, n_heads: usize, head_dim: usize, n_layers: usize) -> Extras {
+        // Gemma 3 27B (62 layers) scales by 1/sqrt(dim / n_heads), every other size by
+        // 1/sqrt(head_dim) (llama.cpp's f_attention_scale, after gemma_pytorch's config).
+        let attention_scale = if n_layers == 62 && n_heads > 0 {
+            1.0 / ((dim / n_heads) as f32).sqrt()
+        } else {
+            1.0 / (head_dim as f32).sqrt()
+        };
+        Extras {
+            activation: Activation::GeluTanh,
+            embedding_scale: Some((dim as f32).sqrt()),
+            attention_scale: Some(attention_scale),
+            // Five local layers, then one global (llama.cpp: set_swa_pattern(6)).
+            sliding_window_pattern: Some(6),
+            // llama.cpp: rope_freq_base_train_swa = 10000, rope_freq_scale_train_swa = 1.
+            rope_theta_local: Some(10000.0),
+            post_norms: true,
+        }
     }
 
     fn gguf_rope_scaling(
@@ -417,6 +514,13 @@ impl ModelConfig {
             }
         };
         let architecture = check_architecture(&architecture)?;
+        if architecture == "gemma3" {
+            // Its fixed extras (norm weights + 1, window pattern, two RoPE bases) are applied
+            // by llama.cpp's converter and loader; inferno reads Gemma 3 from GGUF only.
+            return Err(Error::UnsupportedArchitecture(
+                "gemma3 from a Hugging Face directory (convert it to GGUF with llama.cpp)".into(),
+            ));
+        }
 
         let dim = usize_of("hidden_size")?;
         let n_heads = usize_of("num_attention_heads")?;
@@ -500,6 +604,7 @@ impl ModelConfig {
             qk_norm: architecture == "qwen3",
             sliding_window,
             architecture,
+            extras: Extras::default(),
         };
         config.validate()?;
         Ok(config)

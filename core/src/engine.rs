@@ -74,6 +74,8 @@ impl Engine {
         let (bos, eos) = (token_text(special.bos), token_text(special.eos));
         let template = match &source.chat_template {
             Some(t) => ChatTemplate::new(t, &bos, &eos)?,
+            // A Gemma vocabulary without a template: its own turns, not ChatML's unknown ones.
+            None if tokenizer.token_id("<start_of_turn>").is_some() => ChatTemplate::gemma(&bos),
             None => ChatTemplate::chatml(),
         };
         let weights = Weights::load_with_progress(source, options.dtype, progress)?;

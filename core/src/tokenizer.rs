@@ -3,7 +3,10 @@
 //! metadata the way llama.cpp interprets it. [`StreamDecoder`] turns generated ids into text
 //! piece by piece without ever splitting a UTF-8 character.
 
+mod spm;
+
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
@@ -47,6 +50,9 @@ pub struct Tokenizer {
     special_ids: HashSet<u32>,
     /// Number of ids, counting added tokens once (computed once: the crate rebuilds a map for it).
     vocab_size: usize,
+    /// A GGUF SentencePiece (`llama`) vocabulary encodes with llama.cpp's algorithm; `inner`
+    /// then only decodes.
+    spm: Option<Arc<spm::Spm>>,
 }
 
 impl Tokenizer {
@@ -76,11 +82,13 @@ impl Tokenizer {
             plain,
             special_ids,
             vocab_size,
+            spm: None,
         }
     }
 
     /// Builds the tokenizer from GGUF `tokenizer.ggml.*` metadata: `gpt2` (byte-level BPE) or
-    /// `llama` (SentencePiece BPE with byte fallback).
+    /// `llama` (SentencePiece with byte fallback, encoded as llama.cpp does, see [`spm`]; with
+    /// `tokenizer.ggml.merges` present, a BPE over those merges instead).
     pub fn from_gguf_metadata(meta: &[(String, Value)]) -> Result<Tokenizer> {
         let model = meta_str(meta, "tokenizer.ggml.model")?;
         let tokens = meta_str_array(meta, "tokenizer.ggml.tokens")?
@@ -103,6 +111,7 @@ impl Tokenizer {
             Some(lines) => Some(parse_merges(&lines)?),
             None => None,
         };
+        let mut spm = None;
         let mut inner = match model {
             "gpt2" => {
                 let merges = merges.ok_or_else(|| {
@@ -125,6 +134,15 @@ impl Tokenizer {
                 build_byte_level(&tokens, merges, pre)?
             }
             "llama" => {
+                let add_space_prefix = match lookup(meta, "tokenizer.ggml.add_space_prefix") {
+                    None => true,
+                    Some(v) => v.as_bool().ok_or_else(|| {
+                        Error::metadata(
+                            "tokenizer.ggml.add_space_prefix",
+                            format!("expected a bool, found {v:?}"),
+                        )
+                    })?,
+                };
                 let merges = match merges {
                     Some(m) => m,
                     None => {
@@ -133,18 +151,25 @@ impl Tokenizer {
                                 .ok_or_else(|| {
                                     Error::metadata(
                                         "tokenizer.ggml.scores",
-                                        "missing (needed to derive llama merges)",
+                                        "missing (needed by a llama tokenizer)",
                                     )
                                 })?;
                         same_length("tokenizer.ggml.scores", scores.len())?;
-                        merges_from_scores(&tokens, &scores)
+                        spm = Some(Arc::new(spm::Spm::new(
+                            &tokens,
+                            scores,
+                            token_types.as_deref(),
+                            add_space_prefix,
+                        )));
+                        // The BPE below only decodes.
+                        Merges::new()
                     }
                 };
                 let unk = lookup(meta, "tokenizer.ggml.unknown_token_id")
                     .and_then(Value::as_u64)
                     .and_then(|id| tokens.get(id as usize).cloned())
                     .unwrap_or_else(|| "<unk>".to_string());
-                build_sentencepiece(&tokens, merges, unk)?
+                build_sentencepiece(&tokens, merges, unk, add_space_prefix)?
             }
             other => {
                 return Err(Error::Tokenizer(format!(
@@ -182,17 +207,27 @@ impl Tokenizer {
         }
         // add_tokens keeps the ids the model vocabulary already gives these strings.
         inner.add_tokens(&added);
-        Ok(Self::wrap(inner))
+        Ok(Tokenizer {
+            spm,
+            ..Self::wrap(inner)
+        })
     }
 
     /// Encodes text with special tokens in it recognized as single ids. No BOS is added.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        encode_with(&self.inner, text)
+        match &self.spm {
+            Some(spm) => spm.encode(text, true),
+            None => encode_with(&self.inner, text),
+        }
     }
 
     /// Encodes text with special-token strings treated as ordinary text. No BOS is added.
+    /// (A SentencePiece vocabulary's user-defined tokens still match, as in llama.cpp.)
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
-        encode_with(&self.plain, text)
+        match &self.spm {
+            Some(spm) => spm.encode(text, false),
+            None => encode_with(&self.plain, text),
+        }
     }
 
     /// Decodes ids to text; `skip_special` drops special tokens (BOS, EOS, chat markers).
@@ -235,6 +270,11 @@ impl Tokenizer {
 
     /// The tokenizer as HF tokenizer.json text (what `inferno convert` writes).
     pub fn to_json(&self) -> Result<String> {
+        if self.spm.is_some() {
+            return Err(Error::Tokenizer(
+                "a GGUF SentencePiece vocabulary without merges has no tokenizer.json form".into(),
+            ));
+        }
         self.inner
             .to_string(true)
             .map_err(|e| tk_err("serialize tokenizer.json", e))
@@ -359,11 +399,13 @@ fn build_byte_level(tokens: &[String], merges: Merges, pre: &str) -> Result<toke
 }
 
 /// SentencePiece BPE with byte fallback, as HF converts a llama tokenizer.model (legacy mode):
-/// spaces become `▁` and one `▁` is prepended (add_dummy_prefix).
+/// spaces become `▁` and, with `add_space_prefix`, one `▁` is prepended (add_dummy_prefix) and
+/// stripped again when decoding.
 fn build_sentencepiece(
     tokens: &[String],
     merges: Merges,
     unk: String,
+    add_space_prefix: bool,
 ) -> Result<tokenizers::Tokenizer> {
     let vocab: Vocab = tokens.iter().cloned().zip(0u32..).collect();
     let bpe = BPE::builder()
@@ -374,52 +416,23 @@ fn build_sentencepiece(
         .build()
         .map_err(|e| tk_err("SentencePiece BPE", e))?;
     let replace = |from: &str, to: &str| Replace::new(from, to).map_err(|e| tk_err("replace", e));
-    let normalizer = NormalizerSequence::new(vec![
-        NormalizerWrapper::Prepend(Prepend::new("▁".to_string())),
-        NormalizerWrapper::Replace(replace(" ", "▁")?),
-    ]);
-    let decoder = DecoderSequence::new(vec![
+    let mut normalizers = vec![NormalizerWrapper::Replace(replace(" ", "▁")?)];
+    let mut decoders = vec![
         DecoderWrapper::Replace(replace("▁", " ")?),
         DecoderWrapper::ByteFallback(ByteFallback::new()),
         DecoderWrapper::Fuse(Fuse::new()),
-        DecoderWrapper::Strip(Strip::new(' ', 1, 0)),
-    ]);
+    ];
+    if add_space_prefix {
+        normalizers.insert(0, NormalizerWrapper::Prepend(Prepend::new("▁".to_string())));
+        decoders.push(DecoderWrapper::Strip(Strip::new(' ', 1, 0)));
+    }
+    let normalizer = NormalizerSequence::new(normalizers);
+    let decoder = DecoderSequence::new(decoders);
     let mut tokenizer = tokenizers::Tokenizer::new(bpe);
     tokenizer
         .with_normalizer(Some(NormalizerWrapper::Sequence(normalizer)))
         .with_decoder(Some(DecoderWrapper::Sequence(decoder)));
     Ok(tokenizer)
-}
-
-/// Merges for a SentencePiece BPE vocabulary that ships only scores, the way HF's converter
-/// derives them: every split of a piece into two vocabulary pieces is a merge, ranked by the
-/// piece's score (highest first, ties in vocabulary order), then by the ids of the two halves.
-pub(crate) fn merges_from_scores(tokens: &[String], scores: &[f32]) -> Merges {
-    let ids: std::collections::HashMap<&str, usize> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.as_str(), i))
-        .collect();
-    let mut ranked: Vec<(f32, usize, usize, usize)> = Vec::new();
-    for (piece_id, piece) in tokens.iter().enumerate() {
-        let mut local = Vec::new();
-        for (split, _) in piece.char_indices().skip(1) {
-            let (left, right) = piece.split_at(split);
-            if let (Some(&l), Some(&r)) = (ids.get(left), ids.get(right)) {
-                local.push((l, r));
-            }
-        }
-        local.sort_unstable();
-        for (l, r) in local {
-            ranked.push((scores[piece_id], piece_id, l, r));
-        }
-    }
-    // Stable sort by descending score keeps vocabulary order (then halves' ids) among equals.
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
-    ranked
-        .into_iter()
-        .map(|(_, _, l, r)| (tokens[l].clone(), tokens[r].clone()))
-        .collect()
 }
 
 fn parse_merges(lines: &[String]) -> Result<Merges> {

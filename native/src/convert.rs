@@ -116,6 +116,8 @@ pub fn info(path: &Path) -> Result<()> {
             "chat template {}",
             if source.chat_template.is_some() {
                 "yes"
+            } else if tokenizer.token_id("<start_of_turn>").is_some() {
+                "no (Gemma's turns are used)"
             } else {
                 "no (ChatML is used)"
             }

@@ -180,6 +180,7 @@ impl SyntheticShape {
             attention_bias: false,
             qk_norm: false,
             sliding_window: None,
+            extras: Default::default(),
         }
     }
 }

@@ -70,6 +70,7 @@ fn smollm2_config() -> ModelConfig {
         attention_bias: false,
         qk_norm: false,
         sliding_window: None,
+        extras: Default::default(),
     }
 }
 

@@ -1,11 +1,13 @@
 //! The forward against an independent one: a plain-loops f64 transformer written here from the
 //! architectures' definitions (not from our code), on random f32 weights written as GGUF, for
 //! what the real test model does not exercise: Qwen2's Q/K/V biases and half-split RoPE,
-//! Qwen3's QK-norm, per-frequency RoPE factors (Llama 3 GGUFs' rope_freqs.weight) and Mistral's
-//! sliding window. Our f32 path agrees within 1e-5 of the logits' scale; the windowed model also
-//! keeps the contract (batched == token by token, bitwise) on its quantized path.
+//! Qwen3's QK-norm, per-frequency RoPE factors (Llama 3 GGUFs' rope_freqs.weight), Mistral's
+//! sliding window and Gemma 3's layer (scaled embeddings, post norms, GELU-tanh, a window on
+//! five layers of six with their own RoPE base). Our f32 path agrees within 1e-4 of the logits'
+//! scale; the windowed models also keep the contract (batched == token by token, bitwise) on
+//! their quantized path.
 
-use inferno_core::config::ModelConfig;
+use inferno_core::config::{Activation, Extras, ModelConfig};
 use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::formats::gguf::GgufWriter;
 use inferno_core::model::WeightDtype;
@@ -32,6 +34,8 @@ struct Layer {
     bias: Option<[Vec<f64>; 3]>,
     qk_norm: Option<[Vec<f64>; 2]>,
     wo: Vec<f64>,
+    /// Gemma's post_attention_norm and post_ffw_norm.
+    post_norms: Option<[Vec<f64>; 2]>,
     ffn_norm: Vec<f64>,
     wg: Vec<f64>,
     wu: Vec<f64>,
@@ -56,6 +60,7 @@ fn config(arch: &str) -> ModelConfig {
         attention_bias: arch == "qwen2",
         qk_norm: arch == "qwen3",
         sliding_window: None,
+        extras: Default::default(),
     }
 }
 
@@ -102,6 +107,12 @@ fn model(c: ModelConfig, rope_factors: Option<Vec<f32>>, seed: u64) -> (Vec<u8>,
             ]
         });
         let wo = tensor(&mut w, name("attn_output.weight"), &[d, q], 0.0, a(q));
+        let post_norms = c.extras.post_norms.then(|| {
+            [
+                tensor(&mut w, name("post_attention_norm.weight"), &[d], 1.0, 0.3),
+                tensor(&mut w, name("post_ffw_norm.weight"), &[d], 1.0, 0.3),
+            ]
+        });
         let ffn_norm = tensor(&mut w, name("ffn_norm.weight"), &[d], 1.0, 0.1);
         let wg = tensor(&mut w, name("ffn_gate.weight"), &[h, d], 0.0, a(d));
         let wu = tensor(&mut w, name("ffn_up.weight"), &[h, d], 0.0, a(d));
@@ -114,6 +125,7 @@ fn model(c: ModelConfig, rope_factors: Option<Vec<f32>>, seed: u64) -> (Vec<u8>,
             bias,
             qk_norm,
             wo,
+            post_norms,
             ffn_norm,
             wg,
             wu,
@@ -152,12 +164,13 @@ fn rmsnorm(x: &[f64], w: &[f64], eps: f64) -> Vec<f64> {
 }
 
 /// RoPE on one head at position `pos`: Llama and Mistral GGUFs rotate the pairs (2i, 2i + 1),
-/// Qwen's the pairs (i, i + head_dim / 2); frequency i is theta^(-2i / head_dim) / factor_i.
-fn rope(m: &Model, head: &mut [f64], pos: usize) {
+/// Qwen's and Gemma's the pairs (i, i + head_dim / 2); frequency i is theta^(-2i / head_dim) /
+/// factor_i.
+fn rope(m: &Model, head: &mut [f64], pos: usize, theta: f64) {
     let hd = head.len();
     let interleaved = matches!(m.c.architecture.as_str(), "llama" | "mistral");
     for i in 0..hd / 2 {
-        let mut f = (m.c.rope_theta as f64).powf(-((2 * i) as f64) / hd as f64);
+        let mut f = theta.powf(-((2 * i) as f64) / hd as f64);
         if let Some(factors) = &m.rope_factors {
             f /= factors[i];
         }
@@ -178,11 +191,29 @@ fn forward_f64(m: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
     let c = &m.c;
     let (d, hd, eps) = (c.dim, c.head_dim, c.rms_eps as f64);
     let group = c.n_heads / c.n_kv_heads;
+    let gemma = c.architecture == "gemma3";
+    // Gemma multiplies the embeddings by sqrt(dim).
+    let embd_scale = if gemma { (d as f64).sqrt() } else { 1.0 };
     let mut xs: Vec<Vec<f64>> = tokens
         .iter()
-        .map(|&t| m.embd[t as usize * d..(t as usize + 1) * d].to_vec())
+        .map(|&t| {
+            let row = &m.embd[t as usize * d..(t as usize + 1) * d];
+            row.iter().map(|v| v * embd_scale).collect()
+        })
         .collect();
-    for l in &m.layers {
+    for (li, l) in m.layers.iter().enumerate() {
+        // Gemma 3: five windowed layers with RoPE base 10000, then one global layer.
+        let local = !gemma || li % 6 < 5;
+        let window = c.sliding_window.filter(|_| local);
+        let theta = if gemma && local {
+            10000.0
+        } else {
+            c.rope_theta as f64
+        };
+        let post_norm = |y: Vec<f64>, which: usize| match &l.post_norms {
+            Some(n) => rmsnorm(&y, &n[which], eps),
+            None => y,
+        };
         let mut ks = Vec::new();
         let mut vs = Vec::new();
         let mut qs = Vec::new();
@@ -200,7 +231,7 @@ fn forward_f64(m: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
                         let normed = rmsnorm(head, &n[norm], eps);
                         head.copy_from_slice(&normed);
                     }
-                    rope(m, head, p);
+                    rope(m, head, p, theta);
                 }
             }
             qs.push(q);
@@ -208,7 +239,7 @@ fn forward_f64(m: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
             vs.push(v);
         }
         for (p, x) in xs.iter_mut().enumerate() {
-            let first = c.sliding_window.map_or(0, |w| (p + 1).saturating_sub(w));
+            let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
             let mut att = vec![0.0; c.q_dim()];
             for head in 0..c.n_heads {
                 let kvh = head / group;
@@ -229,16 +260,21 @@ fn forward_f64(m: &Model, tokens: &[u32]) -> Vec<Vec<f64>> {
                     }
                 }
             }
-            let o = matvec(&l.wo, &att);
+            let o = post_norm(matvec(&l.wo, &att), 0);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             let h = rmsnorm(x, &l.ffn_norm, eps);
             let (g, u) = (matvec(&l.wg, &h), matvec(&l.wu, &h));
-            let a: Vec<f64> = g
-                .iter()
-                .zip(&u)
-                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-                .collect();
-            let down = matvec(&l.wd, &a);
+            let act = |g: f64| {
+                if gemma {
+                    // GELU, tanh approximation.
+                    let k = (2.0 / std::f64::consts::PI).sqrt();
+                    0.5 * g * (1.0 + (k * (g + 0.044715 * g * g * g)).tanh())
+                } else {
+                    g / (1.0 + (-g).exp())
+                }
+            };
+            let a: Vec<f64> = g.iter().zip(&u).map(|(&g, u)| act(g) * u).collect();
+            let down = post_norm(matvec(&l.wd, &a), 1);
             x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
         }
     }
@@ -292,6 +328,53 @@ fn qwen2_biases_and_qwen3_qk_norm_half_split_rope_agree_with_f64_within_1e_5() {
     check(config("qwen3"), None, "qwen3 (QK-norm)");
 }
 
+/// What `ModelConfig::from_gguf` reads for a gemma3 file of this shape: llama.cpp's fixed
+/// pattern of 6, local base 10000, 1/sqrt(head_dim), sqrt(dim).
+fn gemma3_config(window: usize) -> ModelConfig {
+    let c = ModelConfig {
+        n_layers: 6,
+        rope_theta: 1e6,
+        qk_norm: true,
+        sliding_window: Some(window),
+        ..config("gemma3")
+    };
+    ModelConfig {
+        extras: Extras {
+            activation: Activation::GeluTanh,
+            embedding_scale: Some((c.dim as f32).sqrt()),
+            attention_scale: Some(1.0 / (c.head_dim as f32).sqrt()),
+            sliding_window_pattern: Some(6),
+            rope_theta_local: Some(10000.0),
+            post_norms: true,
+        },
+        ..c
+    }
+}
+
+#[test]
+fn gemma3_six_layers_window_4_agrees_with_f64_and_batched_equals_token_by_token() {
+    let c = gemma3_config(4);
+    check(c.clone(), None, "gemma3, window 4");
+    let (bytes, _) = model(c, None, 77);
+    let engine = Engine::from_gguf_bytes(&bytes, EngineOptions::default()).unwrap();
+    let batched = engine.new_session().append_all_logits(&PROMPT).unwrap();
+    assert_token_by_token_equals(&engine, &batched);
+}
+
+/// The contract on the quantized cache path: one token at a time gives `batched`'s bits.
+fn assert_token_by_token_equals(engine: &Engine, batched: &[f32]) {
+    let mut s = engine.new_session();
+    let mut stepwise = Vec::new();
+    for &t in &PROMPT {
+        stepwise.extend(s.append_all_logits(&[t]).unwrap());
+    }
+    assert_eq!(stepwise.len(), batched.len());
+    assert!(batched
+        .iter()
+        .zip(&stepwise)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
 #[test]
 fn mistral_sliding_window_5_agrees_with_f64_and_batched_equals_token_by_token() {
     let c = ModelConfig {
@@ -312,15 +395,6 @@ fn mistral_sliding_window_5_agrees_with_f64_and_batched_equals_token_by_token() 
     let (windowed, unwindowed) = (logits(&bytes), logits(&full));
     assert_eq!(windowed[..5 * VOCAB], unwindowed[..5 * VOCAB]);
     assert_ne!(windowed[5 * VOCAB..], unwindowed[5 * VOCAB..]);
-    // The contract on the quantized cache path: one token at a time gives the same bits.
     let engine = Engine::from_gguf_bytes(&bytes, EngineOptions::default()).unwrap();
-    let mut s = engine.new_session();
-    let mut stepwise = Vec::new();
-    for &t in &PROMPT {
-        stepwise.extend(s.append_all_logits(&[t]).unwrap());
-    }
-    assert!(windowed
-        .iter()
-        .zip(&stepwise)
-        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert_token_by_token_equals(&engine, &windowed);
 }

@@ -95,9 +95,9 @@ impl SpecialTokens {
     }
 }
 
-/// Per-layer tensors the Llama forward reads, after `blk.N.`; the biases and QK norms are
-/// optional (Qwen2, Qwen3).
-pub const LAYER_TENSORS: [&str; 14] = [
+/// Per-layer tensors the Llama forward reads, after `blk.N.`; the biases, QK norms and post
+/// norms are optional (Qwen2, Qwen3, Gemma 3).
+pub const LAYER_TENSORS: [&str; 16] = [
     "attn_norm.weight",
     "attn_q.weight",
     "attn_k.weight",
@@ -112,6 +112,8 @@ pub const LAYER_TENSORS: [&str; 14] = [
     "ffn_gate.weight",
     "ffn_up.weight",
     "ffn_down.weight",
+    "post_attention_norm.weight",
+    "post_ffw_norm.weight",
 ];
 
 /// Tensors outside the layers that the forward reads (`output.weight` is absent when tied).
@@ -139,6 +141,11 @@ pub fn unused_tensor_reason(name: &str, config: &ModelConfig) -> Option<String> 
     };
     if !LAYER_TENSORS.contains(&suffix) {
         return Some(format!("the forward has no per-layer '{suffix}'"));
+    }
+    if suffix.starts_with("post_") && !config.extras.post_norms {
+        return Some(format!(
+            "'{suffix}' needs an architecture with post norms (gemma3)"
+        ));
     }
     if layer >= config.n_layers {
         return Some(format!(

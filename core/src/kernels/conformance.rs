@@ -64,6 +64,7 @@ pub fn cases() -> Vec<Case> {
     quantize_q8(&mut all);
     rmsnorm(&mut all);
     silu_mul(&mut all);
+    gelu_tanh_mul(&mut all);
     rope(&mut all);
     dot_q(&mut all);
     matmul(&mut all);
@@ -161,18 +162,39 @@ fn rmsnorm(all: &mut Vec<Case>) {
 }
 
 fn silu_mul(all: &mut Vec<Case>) {
+    gate_mul(all, "silu_mul", reference::silu_mul, |k| k.silu_mul, 1.01);
+}
+
+fn gelu_tanh_mul(all: &mut Vec<Case>) {
+    gate_mul(
+        all,
+        "gelu_tanh_mul",
+        reference::gelu_tanh_mul,
+        |k| k.gelu_tanh_mul,
+        0.05,
+    );
+}
+
+/// Cases of a gate activation times up: every third gate on a ramp of `step` (from -120 steps
+/// to 120, where exp under- and overflows), the others and `up` edgy values and specials.
+fn gate_mul(
+    all: &mut Vec<Case>,
+    entry: &'static str,
+    want_of: fn(&mut [f32], &[f32]),
+    entry_of: fn(&Kernels) -> fn(&mut [f32], &[f32]),
+    step: f32,
+) {
     for n in LENGTHS {
-        all.push(Case::new(format!("silu_mul(n={n})"), move |k, rng| {
-            // Gates across exp's whole range, including overflow, underflow and specials.
+        all.push(Case::new(format!("{entry}(n={n})"), move |k, rng| {
             let mut gate = rng.edgy_values(n, true);
             for (j, g) in gate.iter_mut().enumerate().filter(|(j, _)| j % 3 == 0) {
-                *g = ((j * 37 % 241) as f32 - 120.0) * 1.01;
+                *g = ((j * 37 % 241) as f32 - 120.0) * step;
             }
             let up = rng.edgy_values(n, true);
             let mut want = gate.clone();
-            reference::silu_mul(&mut want, &up);
+            want_of(&mut want, &up);
             let mut got = gate.clone();
-            (k.silu_mul)(&mut got, &up);
+            entry_of(k)(&mut got, &up);
             bits_eq("gate", k.name, &got, &want)
         }));
     }
@@ -583,6 +605,7 @@ mod tests {
             "quantize_q8",
             "rmsnorm",
             "silu_mul",
+            "gelu_tanh_mul",
             "rope",
             "dot_q8",
             "matmul",

@@ -528,6 +528,8 @@ pub struct Kernels {
     pub matmul: fn(&Matrix, usize, &Input, &mut [&mut [f32]]),
     pub rmsnorm: fn(&[f32], &[f32], f32, &mut [f32]),
     pub silu_mul: fn(&mut [f32], &[f32]),
+    /// Every backend runs the reference: the FFN's gate is a small part of a forward.
+    pub gelu_tanh_mul: fn(&mut [f32], &[f32]),
     pub rope: fn(&mut [f32], usize, &[f32], &[f32]),
     /// `(q, kv, out)` for consecutive query tokens and the query heads of one KV head, see
     /// [`reference::attention`].

@@ -23,6 +23,7 @@ pub static KERNELS: Kernels = Kernels {
     matmul,
     rmsnorm,
     silu_mul,
+    gelu_tanh_mul,
     rope,
     attention,
 };
@@ -320,6 +321,23 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "silu_mul: lengths differ");
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = (*g / (1.0 + exp(-*g))) * u;
+    }
+}
+
+/// 2 sqrt(2 / pi) and the cubic coefficient of GELU's tanh approximation, as f32.
+pub const GELU_TANH_2_SQRT_2_OVER_PI: f32 = 1.595_769_2;
+pub const GELU_TANH_CUBIC: f32 = 0.044_715;
+
+/// Rule 5: GeGLU, `gate = gelu_tanh(gate) * up`, with GELU's tanh approximation
+/// `0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))` written as the equal logistic
+/// `g / (1 + exp(-2 sqrt(2/pi) g (1 + 0.044715 g g)))`: one `exp`, exact limits (-0 and g) where
+/// it under- or overflows.
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "gelu_tanh_mul: lengths differ");
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        let z = (GELU_TANH_2_SQRT_2_OVER_PI * x) * (1.0 + (GELU_TANH_CUBIC * x) * x);
+        *g = (x / (1.0 + exp(-z))) * u;
     }
 }
 

@@ -3,7 +3,7 @@
 //! buffers ([`Scratch`]) and matmul inputs ([`Activations`]).
 
 use super::{KvCache, LayerCache, LayerWeights, Stacked, Tuning, Weights};
-use crate::config::ModelConfig;
+use crate::config::{Activation, ModelConfig};
 use crate::kernels::tiles::{for_each_tile, MAX_TOKENS_PER_CALL};
 use crate::kernels::{Input, Kernels, KvHead, Matrix};
 use crate::parallel::Parallel;
@@ -77,6 +77,8 @@ impl Weights {
             head,
             cos,
             sin,
+            cos_local,
+            sin_local,
             act,
             logits,
         } = scratch;
@@ -88,16 +90,27 @@ impl Weights {
         let ffn = sized(ffn, n * 2 * hidden_dim); // (n, 2*hidden_dim): gate, up of each token
         let head = sized(head, head_dim); // (head_dim), one head before its QK-norm
 
-        // token embeddings
+        // token embeddings, scaled (Gemma: by sqrt(dim))
         for (t, &tok) in tokens.iter().enumerate() {
             self.token_embd
                 .row_f32(tok as usize, &mut x[t * dim..(t + 1) * dim]);
         }
-        // RoPE angles for these positions
-        self.rope_angles(pos0, n, cos, sin); // (n, head_dim/2) each
+        if let Some(scale) = c.extras.embedding_scale {
+            x.iter_mut().for_each(|v| *v = *v * scale);
+        }
+        // RoPE angles for these positions, and for the windowed layers' own base (Gemma 3)
+        rope_angles(&self.inv_freq, pos0, n, cos, sin); // (n, head_dim/2) each
+        if let Some(inv_freq) = &self.inv_freq_local {
+            rope_angles(inv_freq, pos0, n, cos_local, sin_local);
+        }
 
         for (l, w) in self.layers.iter().enumerate() {
             let layer_cache = &mut cache.layers[l];
+            let window = c.layer_window(l);
+            let (cos, sin) = match (&self.inv_freq_local, window) {
+                (Some(_), Some(_)) => (&*cos_local, &*sin_local),
+                _ => (&*cos, &*sin),
+            };
             // attention RMSNorm
             rmsnorm_rows(kernels, x, &w.attn_norm, c.rms_eps, xn);
             // q, k, v for these positions: one matmul when Q, K and V are fused
@@ -105,26 +118,32 @@ impl Weights {
             matmul_stacked(compute, &w.wqkv, act, qkv);
             // biases, QK-norm, RoPE; K and V into the cache
             qkv_to_cache(kernels, c, w, qkv, head, cos, sin, layer_cache, pos0);
-            // attention over the cache
-            attention(compute, c, layer_cache, qkv, att, pos0);
-            // output projection, residual
+            // attention over the cache (the layer's window, if any)
+            attention(compute, c, layer_cache, qkv, att, pos0, window);
+            // output projection, post-attention RMSNorm (Gemma), residual
             act.set(kernels, att, q_dim, q_dim);
             matmul(compute, &w.wo, act, proj, dim, 0);
-            add_into(x, proj);
+            let out = post_norm(kernels, w.post_attention_norm.as_deref(), c, proj, xn);
+            add_into(x, out);
 
             // FFN RMSNorm
             rmsnorm_rows(kernels, x, &w.ffn_norm, c.rms_eps, xn);
-            // SwiGLU: gate and up in one matmul when fused
+            // SwiGLU or GeGLU: gate and up in one matmul when fused
             act.set(kernels, xn, dim, dim);
             matmul_stacked(compute, &w.w_gate_up, act, ffn);
+            let gate_mul = match c.extras.activation {
+                Activation::Silu => kernels.silu_mul,
+                Activation::GeluTanh => kernels.gelu_tanh_mul,
+            };
             for row in ffn.chunks_exact_mut(2 * hidden_dim) {
                 let (gate, up) = row.split_at_mut(hidden_dim);
-                (kernels.silu_mul)(gate, up);
+                gate_mul(gate, up);
             }
-            // down projection, residual
+            // down projection, post-FFN RMSNorm (Gemma), residual
             act.set(kernels, ffn, 2 * hidden_dim, hidden_dim);
             matmul(compute, &w.w_down, act, proj, dim, 0);
-            add_into(x, proj);
+            let out = post_norm(kernels, w.post_ffw_norm.as_deref(), c, proj, xn);
+            add_into(x, out);
         }
         cache.len = pos0 + n;
 
@@ -143,19 +162,37 @@ impl Weights {
         matmul(compute, output, act, logits, c.vocab_size, 0);
         Ok(logits)
     }
+}
 
-    /// cos and sin of every RoPE angle for positions pos0 .. pos0 + n, each (n, head_dim / 2).
-    fn rope_angles(&self, pos0: usize, n: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
-        cos.clear();
-        sin.clear();
-        for pos in pos0..pos0 + n {
-            for &f in &self.inv_freq {
-                // The pure-Rust libm gives the same bits on every target.
-                let angle = pos as f32 * f;
-                cos.push(libm::cosf(angle));
-                sin.push(libm::sinf(angle));
-            }
+/// cos and sin of every RoPE angle for positions pos0 .. pos0 + n, each (n, head_dim / 2).
+fn rope_angles(inv_freq: &[f32], pos0: usize, n: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+    cos.clear();
+    sin.clear();
+    for pos in pos0..pos0 + n {
+        for &f in inv_freq {
+            // The pure-Rust libm gives the same bits on every target.
+            let angle = pos as f32 * f;
+            cos.push(libm::cosf(angle));
+            sin.push(libm::sinf(angle));
         }
+    }
+}
+
+/// A sub-block's output `y` (n, dim) as the residual stream receives it: RMS-normalized into
+/// `out` when the layer has a post norm (Gemma), else `y` itself.
+fn post_norm<'a>(
+    kernels: &Kernels,
+    norm: Option<&[f32]>,
+    c: &ModelConfig,
+    y: &'a [f32],
+    out: &'a mut [f32],
+) -> &'a [f32] {
+    match norm {
+        Some(weight) => {
+            rmsnorm_rows(kernels, y, weight, c.rms_eps, out);
+            out
+        }
+        None => y,
     }
 }
 
@@ -218,7 +255,7 @@ fn qkv_to_cache(
 }
 
 /// Attention over the cache, into `att` (n, q_dim): token t sees positions 0 ..= pos0 + t (with
-/// a sliding window W, only the last W of them: a query whose window starts past 0 is one
+/// the layer's sliding window W, only the last W of them: a query whose window starts past 0 is one
 /// kernel call over the cache from its first position, exactly as when it is decoded alone);
 /// query head h reads KV head h / group. A work item is some query heads of one KV head for a
 /// tile of tokens; one kernel call takes them all, so each block of the KV head is read and
@@ -230,12 +267,13 @@ fn attention(
     qkv: &[f32],
     att: &mut [f32],
     pos0: usize,
+    window: Option<usize>,
 ) {
     let (head_dim, q_dim, kv_dim) = (c.head_dim, c.q_dim(), c.kv_dim());
     let qkv_dim = q_dim + 2 * kv_dim;
     let n = qkv.len() / qkv_dim;
     let group = c.n_heads / c.n_kv_heads;
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scale = c.attention_scale();
     let (keys, values) = (layer_cache.k.view(), layer_cache.v.view());
     let heads_per_item = attention_heads_per_item(c.n_heads, group, n, compute.parallel.threads());
     for_each_tile(
@@ -260,7 +298,7 @@ fn attention(
             }
             let offset = (first / head_dim / group) * head_dim;
             // The first position the query at p sees.
-            let window_start = |p: usize| c.sliding_window.map_or(0, |w| (p + 1).saturating_sub(w));
+            let window_start = |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
             let last = pos0 + t0 + outs.len().saturating_sub(1);
             if window_start(last) == 0 {
                 let kv_head = KvHead {
@@ -314,6 +352,8 @@ pub struct Scratch {
     head: Vec<f32>,
     cos: Vec<f32>,
     sin: Vec<f32>,
+    cos_local: Vec<f32>,
+    sin_local: Vec<f32>,
     act: Activations,
     logits: Vec<f32>,
 }

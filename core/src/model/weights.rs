@@ -21,7 +21,7 @@ pub enum WeightDtype {
 /// One transformer block's weights.
 #[derive(Debug, Clone)]
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,      // (dim)
+    pub attn_norm: Vec<f32>,                   // (dim)
     pub wqkv: Stacked, // (q_dim + 2*kv_dim, dim): wq, wk, wv; RoPE pairs (i, i + head_dim/2)
     pub bq: Option<Vec<f32>>, // (q_dim), Qwen2
     pub bk: Option<Vec<f32>>, // (kv_dim)
@@ -29,9 +29,11 @@ pub struct LayerWeights {
     pub q_norm: Option<Vec<f32>>, // (head_dim), Qwen3
     pub k_norm: Option<Vec<f32>>, // (head_dim)
     pub wo: Matrix,    // (dim, q_dim)
+    pub post_attention_norm: Option<Vec<f32>>, // (dim), Gemma
     pub ffn_norm: Vec<f32>, // (dim)
     pub w_gate_up: Stacked, // (2*hidden_dim, dim): w_gate, w_up
     pub w_down: Matrix, // (dim, hidden_dim)
+    pub post_ffw_norm: Option<Vec<f32>>, // (dim), Gemma
 }
 
 /// Matrices whose outputs follow one another in one output row (Q, K, V; gate, up): a single
@@ -101,6 +103,9 @@ pub struct Weights {
     pub output: Option<Matrix>, // (vocab_size, dim)
     /// RoPE inverse frequencies, scaling applied (head_dim / 2).
     pub inv_freq: Vec<f32>,
+    /// Those of the windowed layers when they have a RoPE base of their own (Gemma 3), unscaled
+    /// (head_dim / 2).
+    pub inv_freq_local: Option<Vec<f32>>,
 }
 
 impl Weights {
@@ -147,6 +152,10 @@ impl Weights {
             check_shape(t, &[len])?;
             vector_f32(t)
         };
+        // Present exactly when the architecture has them (Gemma's post norms).
+        let vector_if = |present: bool, name: &str, len: usize| -> Result<Option<Vec<f32>>> {
+            present.then(|| vector(name, len)).transpose()
+        };
         let optional_vector = |name: &str, len: usize| -> Result<Option<Vec<f32>>> {
             match source.tensor(name) {
                 Some(t) => {
@@ -183,12 +192,18 @@ impl Weights {
                 q_norm: optional_vector(&name("attn_q_norm.weight"), hd)?,
                 k_norm: optional_vector(&name("attn_k_norm.weight"), hd)?,
                 wo: matrix(&name("attn_output.weight"), dim, q_dim)?,
+                post_attention_norm: vector_if(
+                    c.extras.post_norms,
+                    &name("post_attention_norm.weight"),
+                    dim,
+                )?,
                 ffn_norm: vector(&name("ffn_norm.weight"), dim)?,
                 w_gate_up: Stacked::new(vec![
                     matrix(&name("ffn_gate.weight"), hidden, dim)?,
                     matrix(&name("ffn_up.weight"), hidden, dim)?,
                 ]),
                 w_down: matrix(&name("ffn_down.weight"), dim, hidden)?,
+                post_ffw_norm: vector_if(c.extras.post_norms, &name("post_ffw_norm.weight"), dim)?,
             };
             if source.qk_row_order == QkRowOrder::Interleaved
                 && (layer.bq.is_some() || layer.bk.is_some())
@@ -216,6 +231,13 @@ impl Weights {
         };
         step(progress);
         let inv_freq = rope_inv_freq(&c);
+        let inv_freq_local = c.extras.rope_theta_local.map(|theta| {
+            rope_inv_freq(&ModelConfig {
+                rope_theta: theta,
+                rope_scaling: None,
+                ..c.clone()
+            })
+        });
         Ok(Weights {
             config: c,
             dtype,
@@ -224,6 +246,7 @@ impl Weights {
             output_norm,
             output,
             inv_freq,
+            inv_freq_local,
         })
     }
 

@@ -41,5 +41,6 @@ pub fn tiny_llama_config() -> ModelConfig {
         attention_bias: false,
         qk_norm: false,
         sliding_window: None,
+        extras: Default::default(),
     }
 }

@@ -1479,6 +1479,7 @@ macro_rules! backend {
             matmul,
             rmsnorm: common::rmsnorm,
             silu_mul: common::silu_mul,
+            gelu_tanh_mul: crate::kernels::reference::gelu_tanh_mul,
             rope: common::rope,
             attention: common::attention,
         };

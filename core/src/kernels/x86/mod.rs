@@ -56,6 +56,7 @@ macro_rules! backend {
             matmul,
             rmsnorm,
             silu_mul,
+            gelu_tanh_mul: crate::kernels::reference::gelu_tanh_mul,
             rope,
             attention,
         };
