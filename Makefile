@@ -3,12 +3,14 @@
 #   make test                 everything the project promises, checked (what CI runs)
 #   make serve                build the wasm and serve the chat page + model on 127.0.0.1:8080
 #                             (cross-origin isolated, so the page runs the threads build)
+#   make npm                  the npm package (npm/, with the four wasm builds) packed into
+#                             target/npm/inferno-llm-<version>.tgz
 
 PROMPT ?= Explain in two sentences why the sky is blue.
 CARGO  ?= cargo
 MODEL  := $(shell echo $${INFERNO_CACHE:-$$HOME/.cache/inferno})/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup setup-python model model-gemma build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
+.PHONY: npm run test setup setup-python model model-gemma build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
 
 run: model build
 	./target/release/inferno run --model "$(MODEL)" "$(PROMPT)"
@@ -56,16 +58,21 @@ setup-wasm: setup
 WASM_PROFILE ?= wasm-release
 export WASM_PROFILE
 
-# Four builds into www/pkg/<variant>/: scalar reference, simd128, simd128 + relaxed-simd, and
+# Four builds into npm/pkg/<variant>/ (the npm package's; the page serves npm/ at /inferno/): scalar reference, simd128, simd128 + relaxed-simd, and
 # relaxed with threads (shared memory; the page takes it when cross-origin isolated).
 WASM_VARIANTS ?= reference simd128 relaxed threads
 wasm: setup-wasm
 	@for v in $(WASM_VARIANTS); do ./scripts/build-wasm.sh $$v || exit 1; done
 
+npm: wasm
+	@mkdir -p target/npm
+	cd npm && npm pack --pack-destination ../target/npm
+
 serve: wasm model
 	node scripts/serve.mjs --port $${PORT:-8080} --model "$(MODEL)"
 
-# Every wasm build's logits == native reference bitwise (Node), and the chat page in Chromium.
+# Every wasm build's logits == native reference bitwise (Node), the chat page in Chromium, and
+# the npm package packed and installed (types, Node, Chromium, Firefox).
 test-wasm: wasm model build
 	WASM_VARIANTS="$(WASM_VARIANTS)" INFERNO_WASM_TESTS=1 INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release -p inferno-tests --test wasm_browser -- --test-threads=1 --nocapture
 
