@@ -66,6 +66,7 @@ wasm: setup-wasm
 
 npm: wasm
 	@mkdir -p target/npm
+	node scripts/npm-api.mjs
 	cd npm && npm pack --pack-destination ../target/npm
 
 serve: wasm model

@@ -180,6 +180,8 @@ export interface EngineStats {
   threads: number;
   /** The kernel backend inside it. */
   kernels: string | null;
+  /** Faster builds that were tried first and could not start here, with the reason. */
+  skipped: Array<{ variant: string; error: string }>;
   model: { name: string; bytes: number; config: Record<string, unknown> } | null;
   /** Tokens held in the KV cache. */
   cached_tokens: number;

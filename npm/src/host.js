@@ -79,6 +79,7 @@ export class Host {
   /// Instantiates the fastest build that works here. `pkgBase`: URL of the folder of builds.
   async init({ variant, threads, pkgBase }) {
     let failure;
+    this.skipped = [];
     for (const candidate of candidateVariants({ variant, threads })) {
       try {
         const glue = new URL(`${candidate}/inferno_wasm.js`, pkgBase);
@@ -101,7 +102,9 @@ export class Host {
         [this.wasm, this.variant, this.threads] = [module, candidate, used];
         return { variant: candidate, threads: used, defaults: JSON.parse(module.generate_defaults()) };
       } catch (e) {
+        // Not built, or not runnable here: the next one (stats() says why it was skipped).
         failure = e;
+        this.skipped.push({ variant: candidate, error: String(e?.message || e) });
       }
     }
     throw new Error(`cannot start the wasm engine: ${failure?.message || failure}`);
@@ -194,7 +197,7 @@ export class Host {
 
   info() {
     return {
-      variant: this.variant, threads: this.threads, kernels: this.engine?.kernels() ?? null,
+      variant: this.variant, threads: this.threads, kernels: this.engine?.kernels() ?? null, skipped: this.skipped,
       model: this.model && { ...this.model, config: JSON.parse(this.engine.config()) },
     };
   }

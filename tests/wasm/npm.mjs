@@ -1,6 +1,7 @@
 // The npm package as a user gets it: `npm pack` npm/, install the tarball into a fresh temporary
 // project, then (1) `tsc --noEmit` on the README's example against its types, (2) Node.js: the
-// same greedy reply as the native CLI (npm-node.mjs), (3) headless Chromium and (4) headless
+// same greedy reply as the native CLI (npm-node.mjs), and createServerEngine against a mock
+// OpenAI-compatible server (npm-server.mjs), (3) headless Chromium and (4) headless
 // Firefox (Debian's firefox-esr over WebDriver BiDi, puppeteer-core) on a page that imports it:
 // a streamed greedy reply equal to the native CLI's on the threads build, an aborted stream,
 // a reload that takes the model from the Cache API, and deleting it from the cache.
@@ -17,7 +18,7 @@ import { startServer, ISOLATED } from '../../scripts/serve.mjs';
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../..');
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
-const only = process.env.INFERNO_NPM_TESTS?.split(',') ?? ['types', 'node', 'chromium', 'firefox'];
+const only = process.env.INFERNO_NPM_TESTS?.split(',') ?? ['types', 'node', 'server', 'chromium', 'firefox'];
 let failures = 0;
 const check = (ok, what) => {
   console.log(`${ok ? 'ok' : 'FAIL'} ${what}`);
@@ -78,7 +79,7 @@ async function pageSteps({ message, maxTokens, step }) {
 async function browserChecks(name, page, url) {
   const args = { message: spec.message, maxTokens: spec.max_tokens };
   await page.goto(`${url}index.html`);
-  await page.waitForSelector('body[data-ready="1"]');
+  await page.waitForFunction(() => document.body?.dataset.ready === '1');
   const first = await page.evaluate(pageSteps, { ...args, step: 'first' });
   console.log(`${name}: ${JSON.stringify(first)}`);
   check(first.variant === 'threads' && first.threads >= 2 && first.kernels === 'relaxed', `${name}: a cross-origin-isolated page runs the threads build with relaxed kernels (${first.variant}, ${first.threads} threads, ${first.kernels})`);
@@ -87,7 +88,7 @@ async function browserChecks(name, page, url) {
   check(first.abort === 'AbortError' && first.abortedTokens < 20, `${name}: an aborted stream throws AbortError and stops (${first.abort}, ${first.abortedTokens} tokens)`);
   check(first.after.length > 0, `${name}: the engine answers after an abort (${JSON.stringify(first.after)})`);
   await page.reload();
-  await page.waitForSelector('body[data-ready="1"]');
+  await page.waitForFunction(() => document.body?.dataset.ready === '1');
   const second = await page.evaluate(pageSteps, { ...args, step: 'reload' });
   check(second.cached, `${name}: after a reload the model comes from the Cache API`);
   check(second.text === spec.expected, `${name}: the same reply after the reload`);
@@ -105,6 +106,8 @@ try {
       run(process.execPath, [tsc, '--noEmit', '--strict', '--target', 'es2022', '--module', 'nodenext', '--moduleResolution', 'nodenext',
         '--lib', 'es2022,dom,dom.asynciterable', '--types', '', 'example.ts'], project);
       check(true, 'tsc --noEmit on the README example against index.d.ts');
+      run(process.execPath, [join(repo, 'scripts', 'npm-api.mjs'), '--check'], repo);
+      check(true, 'npm/API.md is generated from the current index.d.ts');
     } catch (e) {
       check(false, `tsc --noEmit on the README example:\n${e.stdout}${e.stderr}`);
     }
@@ -118,6 +121,15 @@ try {
     } catch (e) {
       console.log(`${e.stdout}${e.stderr}`);
       check(false, 'node: npm-node.mjs');
+    }
+  }
+  if (only.includes('server')) {
+    copyFileSync(join(here, 'npm-server.mjs'), join(project, 'server.mjs'));
+    try {
+      console.log(run(process.execPath, ['server.mjs'], project).trimEnd());
+    } catch (e) {
+      console.log(`${e.stdout}${e.stderr}`);
+      check(false, 'server client: npm-server.mjs');
     }
   }
   if (only.includes('chromium')) {
