@@ -10,7 +10,7 @@ PROMPT ?= Explain in two sentences why the sky is blue.
 CARGO  ?= cargo
 MODEL  := $(shell echo $${INFERNO_CACHE:-$$HOME/.cache/inferno})/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: npm run test setup setup-python model model-gemma build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
+.PHONY: npm test-crates run test setup setup-python model model-gemma build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
 
 run: model build
 	./target/release/inferno run --model "$(MODEL)" "$(PROMPT)"
@@ -35,7 +35,7 @@ build:
 test: WASM_PROFILE = wasm-test
 test: export WASM_OPT = 0
 # setup-wasm first: the Rust tests run the wasm kernel self test under Node.
-test: setup-wasm setup-python model model-gemma build wasm-selftest test-rust test-wasm
+test: setup-wasm setup-python model model-gemma build wasm-selftest test-rust test-crates test-wasm
 
 # Unit and integration tests of every crate, optimized (the model tests run a real forward).
 # The CLI tests run the binary built above.
@@ -45,6 +45,13 @@ setup-python:
 
 test-rust:
 	INFERNO_PYTHON=$$(./scripts/setup-python.sh) INFERNO_WASM_PROFILE=$(WASM_PROFILE) INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release --workspace --exclude inferno-wasm
+
+# The published crates: `cargo package` (metadata, files; --no-verify: the verify build would
+# need inferno-core on crates.io) and their docs. RUSTDOCFLAGS=-D warnings once
+# core/src/quant/kquants.rs's doc comments escape their [j] / [l] indexing.
+test-crates:
+	$(CARGO) package -p inferno-core -p inferno-native --no-verify --allow-dirty --quiet
+	$(CARGO) doc --no-deps -p inferno-core -p inferno-native --quiet
 
 # core must build for the browser: no threads, no file system, no x86 assumptions.
 test-wasm-build: setup
