@@ -156,21 +156,40 @@ async function submit() {
   reply = addMessage('assistant', '');
   $('input').value = '';
   setBusy(true);
-  const messages = [...conversation(), { role: 'user', content: text }];
   controller = new AbortController();
   let stop = 'Stopped';
-  try {
-    const stream = await engine.chat.completions.create({ ...requestOptions(), messages, stream: true, signal: controller.signal });
-    for await (const chunk of stream) {
-      const piece = chunk.choices[0]?.delta?.content;
-      if (piece) {
-        reply.textContent += piece;
-        $('chat').scrollTop = $('chat').scrollHeight;
+  let droppedTurns = 0;
+  for (;;) {
+    const messages = [...conversation(), { role: 'user', content: text }];
+    try {
+      const stream = await engine.chat.completions.create({ ...requestOptions(), messages, stream: true, signal: controller.signal });
+      for await (const chunk of stream) {
+        const piece = chunk.choices[0]?.delta?.content;
+        if (piece) {
+          reply.textContent += piece;
+          $('chat').scrollTop = $('chat').scrollHeight;
+        }
+        if (chunk.choices[0]?.finish_reason) stop = chunk.choices[0].finish_reason;
       }
-      if (chunk.choices[0]?.finish_reason) stop = chunk.choices[0].finish_reason;
+    } catch (e) {
+      // The conversation outgrew the context before the reply began: drop the oldest turn
+      // (a user message and its reply) and try again.
+      if (/context overflow/.test(e.message) && !reply.textContent && history.length >= 2) {
+        history.splice(0, 2);
+        droppedTurns++;
+        continue;
+      }
+      if (e.name !== 'AbortError') showError(`Error (turn): ${e.message}`);
     }
-  } catch (e) {
-    if (e.name !== 'AbortError') showError(`Error (turn): ${e.message}`);
+    break;
+  }
+  if (droppedTurns > 0) {
+    // Said once, where it happened: the model no longer sees those turns.
+    const note = document.createElement('div');
+    note.className = 'msg notice';
+    note.textContent = `The conversation outgrew the model's context: the ${droppedTurns} oldest ` +
+      `turn${droppedTurns === 1 ? ' is' : 's are'} no longer seen by the model. New chat clears everything.`;
+    reply.before(note);
   }
   history.push({ role: 'user', content: text }, { role: 'assistant', content: reply.textContent });
   await showTurnStats(stop);
