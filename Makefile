@@ -3,12 +3,14 @@
 #   make test                 everything the project promises, checked (what CI runs)
 #   make serve                build the wasm and serve the chat page + model on 127.0.0.1:8080
 #                             (cross-origin isolated, so the page runs the threads build)
+#   make npm                  the npm package (npm/, with the four wasm builds) packed into
+#                             target/npm/inferno-llm-<version>.tgz
 
 PROMPT ?= Explain in two sentences why the sky is blue.
 CARGO  ?= cargo
 MODEL  := $(shell echo $${INFERNO_CACHE:-$$HOME/.cache/inferno})/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup setup-python model model-gemma build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
+.PHONY: npm test-crates run test setup setup-python model model-gemma build test-rust test-wasm-build clean setup-wasm wasm serve test-wasm bench-wasm wasm-selftest bench-wasm-kernels
 
 run: model build
 	./target/release/inferno run --model "$(MODEL)" "$(PROMPT)"
@@ -33,7 +35,7 @@ build:
 test: WASM_PROFILE = wasm-test
 test: export WASM_OPT = 0
 # setup-wasm first: the Rust tests run the wasm kernel self test under Node.
-test: setup-wasm setup-python model model-gemma build wasm-selftest test-rust test-wasm
+test: setup-wasm setup-python model model-gemma build wasm-selftest test-rust test-crates test-wasm
 
 # Unit and integration tests of every crate, optimized (the model tests run a real forward).
 # The CLI tests run the binary built above.
@@ -43,6 +45,13 @@ setup-python:
 
 test-rust:
 	INFERNO_PYTHON=$$(./scripts/setup-python.sh) INFERNO_WASM_PROFILE=$(WASM_PROFILE) INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release --workspace --exclude inferno-wasm
+
+# The published crates: `cargo package` (metadata, files; --no-verify: the verify build would
+# need inferno-core on crates.io) and their docs. RUSTDOCFLAGS=-D warnings once
+# core/src/quant/kquants.rs's doc comments escape their [j] / [l] indexing.
+test-crates:
+	$(CARGO) package -p inferno-core -p inferno-native --no-verify --allow-dirty --quiet
+	$(CARGO) doc --no-deps -p inferno-core -p inferno-native --quiet
 
 # core must build for the browser: no threads, no file system, no x86 assumptions.
 test-wasm-build: setup
@@ -56,16 +65,22 @@ setup-wasm: setup
 WASM_PROFILE ?= wasm-release
 export WASM_PROFILE
 
-# Four builds into www/pkg/<variant>/: scalar reference, simd128, simd128 + relaxed-simd, and
+# Four builds into npm/pkg/<variant>/ (the npm package's; the page serves npm/ at /inferno/): scalar reference, simd128, simd128 + relaxed-simd, and
 # relaxed with threads (shared memory; the page takes it when cross-origin isolated).
 WASM_VARIANTS ?= reference simd128 relaxed threads
 wasm: setup-wasm
 	@for v in $(WASM_VARIANTS); do ./scripts/build-wasm.sh $$v || exit 1; done
 
+npm: wasm
+	@mkdir -p target/npm
+	node scripts/npm-api.mjs
+	cd npm && npm pack --pack-destination ../target/npm
+
 serve: wasm model
 	node scripts/serve.mjs --port $${PORT:-8080} --model "$(MODEL)"
 
-# Every wasm build's logits == native reference bitwise (Node), and the chat page in Chromium.
+# Every wasm build's logits == native reference bitwise (Node), the chat page in Chromium, and
+# the npm package packed and installed (types, Node, Chromium, Firefox).
 test-wasm: wasm model build
 	WASM_VARIANTS="$(WASM_VARIANTS)" INFERNO_WASM_TESTS=1 INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release -p inferno-tests --test wasm_browser -- --test-threads=1 --nocapture
 

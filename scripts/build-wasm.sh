@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds one browser variant of inferno-wasm into www/pkg/<variant>/ (wasm-bindgen --target web,
+# Builds one browser variant of inferno-wasm into npm/pkg/<variant>/ (the npm package's builds) (wasm-bindgen --target web,
 # then wasm-opt -O3 from npm binaryen when installed). Variants: reference (scalar), simd128,
 # relaxed (simd128 + relaxed-simd), threads (relaxed + atomics and shared memory, for a
 # cross-origin-isolated page: core's thread pool on Web Workers). Each has its own target dir,
@@ -31,14 +31,14 @@ if [ "$variant" = threads ]; then
 fi
 profile=${WASM_PROFILE:-wasm-release}
 target_dir=target/wasm-$variant
-out=www/pkg/$variant
+out=npm/pkg/$variant
 t0=$(date +%s)
 RUSTFLAGS="$flags" cargo build --quiet -p inferno-wasm --target wasm32-unknown-unknown \
     --profile "$profile" --target-dir "$target_dir" "${extra[@]}"
 t1=$(date +%s)
 built="$target_dir/wasm32-unknown-unknown/$profile/inferno_wasm.wasm"
 if [ "$out/inferno_wasm_bg.wasm" -nt "$built" ] && [ "$out/inferno_wasm.js" -nt "$built" ]; then
-    echo "wasm $variant: cargo $((t1 - t0)) s, www/pkg/$variant is up to date" >&2
+    echo "wasm $variant: cargo $((t1 - t0)) s, npm/pkg/$variant is up to date" >&2
     exit 0
 fi
 "${CARGO_HOME:-$HOME/.cargo}/bin/wasm-bindgen" --target web --no-typescript --out-dir "$out" "$built"

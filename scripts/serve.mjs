@@ -1,5 +1,6 @@
-// A tiny static server for the browser demo: www/ at /, the model at /model.gguf, and npm's
-// wllama at /vendor/wllama/ (bench page only). 127.0.0.1 only; no inference happens here.
+// A tiny static server for the browser demo: www/ at /, the npm package (npm/: its scripts and
+// the wasm builds in npm/pkg/) at /inferno/, the model at /model.gguf, and npm's wllama at
+// /vendor/wllama/ (bench page only). 127.0.0.1 only; no inference happens here.
 //   node scripts/serve.mjs [--port 8080] [--model path.gguf]
 // Also imported by the browser tests and the bench: startServer({ port: 0 }) -> { url, close }.
 import { createServer } from 'node:http';
@@ -27,27 +28,29 @@ export function defaultModelPath() {
   return process.env.INFERNO_MODEL || join(cache, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
 }
 
-// Maps a URL path to a file under one of the roots, never outside it.
-function locate(path, model) {
+// Maps a URL path to a file under one of the roots, never outside it. `root` replaces the
+// demo's mounts with one directory (the npm package's test project).
+function locate(path, model, root) {
   if (path === '/model.gguf') return model;
-  const mounts = [
+  const mounts = root ? [['/', root]] : [
     ['/vendor/wllama/', join(repo, 'node_modules', '@wllama', 'wllama', 'esm')],
+    ['/inferno/', join(repo, 'npm')],
     ['/', join(repo, 'www')],
   ];
-  for (const [prefix, root] of mounts) {
+  for (const [prefix, dir] of mounts) {
     if (!path.startsWith(prefix)) continue;
     let rel = decodeURIComponent(path.slice(prefix.length));
     if (rel === '' || rel.endsWith('/')) rel += 'index.html';
-    const file = normalize(join(root, rel));
-    return file.startsWith(root + sep) ? file : null;
+    const file = normalize(join(dir, rel));
+    return file.startsWith(dir + sep) ? file : null;
   }
   return null;
 }
 
-export function startServer({ port = 8080, host = '127.0.0.1', model = defaultModelPath(), headers = {} } = {}) {
+export function startServer({ port = 8080, host = '127.0.0.1', model = defaultModelPath(), headers = {}, root } = {}) {
   const server = createServer((req, res) => {
     const path = new URL(req.url, 'http://x').pathname;
-    const file = locate(path, model);
+    const file = locate(path, model, root && resolve(root));
     let stat;
     try {
       stat = file && statSync(file);

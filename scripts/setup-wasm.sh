@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the browser build and its tests need, once (idempotent; make calls it):
 # the wasm32 target and rust-src, the wasm-bindgen CLI at the crate's exact version, the npm tools
-# (binaryen's wasm-opt, playwright-core, wllama for the bench) and, with --browser, Chromium.
+# (binaryen's wasm-opt, playwright-core, puppeteer-core, typescript, wllama for the bench) and,
+# with --browser, Chromium and Firefox ESR (the npm package's tests run in both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want=$(sed -n 's/^wasm-bindgen = "=\(.*\)"$/\1/p' Cargo.toml)
@@ -22,10 +23,14 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >&2
 fi
 if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ] \
-    || [ ! -d node_modules/@wllama/wllama ]; then
+    || [ ! -d node_modules/@wllama/wllama ] || [ ! -d node_modules/puppeteer-core ] \
+    || [ ! -x node_modules/.bin/tsc ]; then
     npm ci --no-audit --no-fund >&2
 fi
-if [ "${1:-}" = "--browser" ] && [ ! -x /usr/bin/chromium ]; then
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/firefox-esr ] || missing+=(firefox-esr)
+if [ "${1:-}" = "--browser" ] && [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi
-    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
 fi

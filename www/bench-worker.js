@@ -16,7 +16,7 @@ self.onmessage = async ({ data }) => {
       return self.postMessage({ texts });
     }
     const { variant, threads, bytes, lengths, trials, decode } = data;
-    const wasm = await import(`./pkg/${variant}/inferno_wasm.js`);
+    const wasm = await import(`./inferno/pkg/${variant}/inferno_wasm.js`);
     await wasm.default();
     let used = 1;
     if (threads > 1) {

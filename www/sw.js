@@ -1,12 +1,13 @@
 // The service worker: keeps the page itself (HTML, JS, CSS and the wasm builds) in the Cache API
-// so a reload works with no network at all; the model's bytes are cached by worker.js in their
+// so a reload works with no network at all; the model's bytes are cached by the package in their
 // own cache. Network first: online, every reload gets the current files (and refreshes the
-// copies); offline, the last copies answer. The model file is never intercepted: worker.js
+// copies); offline, the last copies answer. The model file is never intercepted: the package
 // streams it with progress and keeps it itself.
-const SHELL_CACHE = 'inferno-shell-v2';
-const SHELL = ['./', 'index.html', 'main.js', 'worker.js', 'protocol.js', 'style.css'];
+const SHELL_CACHE = 'inferno-shell-v3';
+const SHELL = ['./', 'index.html', 'main.js', 'style.css',
+  ...['index.js', 'host.js', 'worker.js', 'server.js'].map((f) => `inferno/src/${f}`)];
 const BUILDS = ['threads', 'relaxed', 'simd128', 'reference'].flatMap((v) =>
-  [`pkg/${v}/inferno_wasm.js`, `pkg/${v}/inferno_wasm_bg.wasm`]);
+  [`inferno/pkg/${v}/inferno_wasm.js`, `inferno/pkg/${v}/inferno_wasm_bg.wasm`]);
 
 self.addEventListener('install', (event) => {
   event.waitUntil((async () => {
@@ -30,7 +31,7 @@ self.addEventListener('activate', (event) => {
 self.addEventListener('fetch', (event) => {
   const url = new URL(event.request.url);
   if (event.request.method !== 'GET' || url.origin !== self.location.origin) return;
-  if (url.pathname.endsWith('.gguf') || url.pathname.includes('/vendor/')) return;
+  if (url.pathname.endsWith('.gguf') || url.pathname.includes('/vendor/') || url.pathname.startsWith('/v1/')) return;
   event.respondWith((async () => {
     const cache = await caches.open(SHELL_CACHE);
     try {

@@ -120,29 +120,9 @@ impl ChatSession {
                 "a reply is being generated: end the turn before syncing a draft".into(),
             ));
         }
-        let engine = self.session.engine().clone();
-        let rendered = engine.render_chat(&self.conversation(DRAFT_SENTINEL), true)?;
-        let Some(at) = rendered.rfind(DRAFT_SENTINEL) else {
-            // The template rewrites user text: nothing safe to prefill.
-            return Ok(DraftSync {
-                reused: 0,
-                prefilled: 0,
-            });
-        };
-        let anchor = engine.tokenizer().encode(&rendered[..at])?;
-        if anchor.len() >= engine.config().context_length {
-            // The next turn drops old turns anyway; nothing worth prefilling now.
-            return Ok(DraftSync {
-                reused: 0,
-                prefilled: 0,
-            });
-        }
-        let kept = self.session.sync_tokens(&anchor)?;
-        let draft = self.session.sync_draft(anchor.len(), draft)?;
-        Ok(DraftSync {
-            reused: kept.min(anchor.len()) + draft.reused,
-            prefilled: (anchor.len() - kept) + draft.prefilled,
-        })
+        let mut history = self.conversation(DRAFT_SENTINEL);
+        history.pop();
+        sync_chat_draft(&mut self.session, &history, draft)
     }
 
     /// Starts a reply to `user`: renders the conversation, brings the cache to it (keeping the
@@ -249,4 +229,41 @@ impl ChatSession {
             .push(ChatMessage::new("assistant", reply.text.as_str()));
         Ok(reply.text)
     }
+}
+
+/// Compose-while-typing for any conversation: prefills `session` with `history` rendered by
+/// the model's template followed by `draft` as the next user message (the cache keeps what
+/// still matches). [`ChatSession::sync_draft`] calls it with its own turns; a front end that
+/// sends the whole conversation each time (the npm package's OpenAI-shaped API) calls it
+/// directly. Only a cache warm-up: the turn that follows re-encodes the final text.
+pub fn sync_chat_draft(
+    session: &mut Session,
+    history: &[ChatMessage],
+    draft: &str,
+) -> Result<DraftSync> {
+    let mut conversation = history.to_vec();
+    conversation.push(ChatMessage::new("user", DRAFT_SENTINEL));
+    let engine = session.engine().clone();
+    let rendered = engine.render_chat(&conversation, true)?;
+    let Some(at) = rendered.rfind(DRAFT_SENTINEL) else {
+        // The template rewrites user text: nothing safe to prefill.
+        return Ok(DraftSync {
+            reused: 0,
+            prefilled: 0,
+        });
+    };
+    let anchor = engine.tokenizer().encode(&rendered[..at])?;
+    if anchor.len() >= engine.config().context_length {
+        // The next turn drops old turns anyway; nothing worth prefilling now.
+        return Ok(DraftSync {
+            reused: 0,
+            prefilled: 0,
+        });
+    }
+    let kept = session.sync_tokens(&anchor)?;
+    let draft = session.sync_draft(anchor.len(), draft)?;
+    Ok(DraftSync {
+        reused: kept.min(anchor.len()) + draft.reused,
+        prefilled: (anchor.len() - kept) + draft.prefilled,
+    })
 }

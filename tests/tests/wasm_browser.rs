@@ -1,11 +1,14 @@
 //! The browser build end to end (run by `make test` after `make wasm`, which sets
 //! INFERNO_WASM_TESTS=1; without it these tests skip with a message):
-//! - every wasm variant in www/pkg/ (reference, simd128, relaxed, threads) gives the native
+//! - every wasm variant in npm/pkg/ (reference, simd128, relaxed, threads) gives the native
 //!   reference kernels' last-position logits bit for bit on the oracle prompts, and the same
 //!   greedy tokens (tests/wasm/logits.mjs under Node; relaxed with
 //!   --experimental-wasm-relaxed-simd --no-liftoff; threads in a worker of headless Chromium);
 //! - the chat page in headless Chromium streams a reply, a greedy reply equals the native
 //!   CLI's, and bad files show an error (tests/wasm/browser.mjs; screenshot in target/);
+//! - the npm package (npm/) packed, installed into a fresh project, its types compiled, and the
+//!   native CLI's greedy reply streamed in Node, headless Chromium and headless Firefox, with an
+//!   abort and a reload from the Cache API (tests/wasm/npm.mjs);
 //! - the simd128 build's chat replies are the same with speculative decoding on and off, and
 //!   equal to native core's, greedy and seeded (tests/wasm/speculative.mjs under Node).
 
@@ -103,7 +106,7 @@ fn wasm_variants_match_native_reference_logits_bitwise() {
     let variants = std::env::var("WASM_VARIANTS")
         .unwrap_or_else(|_| "reference simd128 relaxed threads".to_string());
     for variant in variants.split_whitespace() {
-        let pkg = format!("www/pkg/{variant}");
+        let pkg = format!("npm/pkg/{variant}");
         assert!(
             repo().join(&pkg).join("inferno_wasm_bg.wasm").is_file(),
             "{pkg} is missing: run `make wasm`"
@@ -180,6 +183,23 @@ fn browser_chat_streams_a_greedy_reply_equal_to_native() {
 }
 
 #[test]
+fn npm_package_streams_the_native_greedy_reply_in_node_chromium_and_firefox() {
+    if !enabled("npm_package_streams_the_native_greedy_reply_in_node_chromium_and_firefox") {
+        return;
+    }
+    let message = "What is the capital of France?";
+    let max_tokens = 24;
+    let spec = serde_json::json!({
+        "model": model_path(), "message": message, "max_tokens": max_tokens,
+        "expected": native_reply(message, max_tokens),
+    });
+    let path = std::env::temp_dir().join(format!("inferno-npm-{}.json", std::process::id()));
+    std::fs::write(&path, spec.to_string()).unwrap();
+    run_node(&["tests/wasm/npm.mjs", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
 fn wasm_chat_same_replies_speculation_on_and_off_equal_to_native() {
     if !enabled("wasm_chat_same_replies_speculation_on_and_off_equal_to_native") {
         return;
@@ -213,7 +233,7 @@ fn wasm_chat_same_replies_speculation_on_and_off_equal_to_native() {
     let model = model_path();
     run_node(&[
         "tests/wasm/speculative.mjs",
-        "www/pkg/simd128",
+        "npm/pkg/simd128",
         model.to_str().unwrap(),
         path.to_str().unwrap(),
     ]);

@@ -1,4 +1,4 @@
-// One wasm variant (www/pkg/<variant>/) on the real model gives the native reference's logits
+// One wasm variant (npm/pkg/<variant>/) on the real model gives the native reference's logits
 // bit for bit and the same greedy tokens. Run by tests/tests/wasm_browser.rs, which writes the
 // native results:
 //   node tests/wasm/logits.mjs <pkg dir> <model.gguf> <cases.json> [max prompt tokens]
@@ -87,8 +87,9 @@ if (!chromiumThreads) {
   const browser = await launchChromium();
   try {
     // Any document of the isolated server will do: it only hosts the worker.
-    await browser.page.goto(`${server.url}protocol.js`);
-    const pkgUrl = `${server.url}${relative(resolve('www'), resolve(pkgDir))}/inferno_wasm.js`;
+    await browser.page.goto(`${server.url}style.css`);
+    // The server mounts the npm package (npm/, with the builds in npm/pkg/) at /inferno/.
+    const pkgUrl = `${server.url}inferno/${relative(resolve('npm'), resolve(pkgDir))}/inferno_wasm.js`;
     const sent = cases.map(({ want, ...c }) => ({ ...c, want: Buffer.from(want.buffer, want.byteOffset, want.byteLength).toString('base64') }));
     const result = await browser.page.evaluate(async ({ source, pkgUrl, threads, sent, maxPrompt }) => {
       // The checks run in a module worker (the pool's threads wait there, never on the page).

@@ -6,17 +6,21 @@
 //!   tokenize / detokenize, config, and raw logits for tests.
 //! - [`WasmChat`]: a conversation whose KV cache is kept between turns, streamed one token per
 //!   call so the worker can post each piece and honour Stop between tokens.
+//! - [`WasmGeneration`]: one reply at a time to a whole conversation (or a raw prompt) sent
+//!   each time, the KV cache kept between requests: the npm package's OpenAI-shaped API.
 //! - With the `threads` feature: `initThreadPool(n - 1)` (wasm-bindgen-rayon) starts Web Workers
 //!   on the module's shared memory, then `use_threads(n)` runs core's spin pool on them, and
 //!   engines built afterwards split their work over n threads (rule 7: the same bits as one).
 #![forbid(unsafe_code)]
 
-use inferno_core::chat_session::ChatSession;
+use inferno_core::chat_session::{sync_chat_draft, ChatSession};
 use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::formats::hf_dir::HfFiles;
 use inferno_core::formats::ModelSource;
 use inferno_core::generate::GenerateOptions;
+use inferno_core::generate::{prefill, Generator};
 use inferno_core::sampler::argmax;
+use inferno_core::{ChatMessage, Session};
 use js_sys::{Array, Function, Uint8Array};
 use wasm_bindgen::prelude::*;
 
@@ -311,5 +315,131 @@ impl WasmChat {
     /// Tokens held in the KV cache.
     pub fn cached_tokens(&self) -> u32 {
         self.chat.session().len() as u32
+    }
+}
+
+/// Parses the OpenAI-style message list the package sends (`[{role, content}]`, content a string).
+fn messages_from_json(json: &str) -> Result<Vec<ChatMessage>, JsError> {
+    serde_json::from_str(json).map_err(|e| {
+        JsError::new(&format!(
+            "messages must be [{{role, content}}] with string contents: {e}"
+        ))
+    })
+}
+
+fn cache_stats(p: inferno_core::Prefill) -> CacheStats {
+    CacheStats {
+        prompt_tokens: p.prompt_tokens as u32,
+        reused: p.reused as u32,
+        prefilled: p.prefilled as u32,
+        dropped_turns: 0,
+    }
+}
+
+/// One reply at a time over one KV cache kept between requests. Each request brings the whole
+/// prompt (a conversation rendered by the model's template, or raw text); the cache keeps the
+/// longest common prefix, so a conversation that grows by one turn prefills only that turn.
+#[wasm_bindgen]
+pub struct WasmGeneration {
+    session: Session,
+    generator: Option<Generator>,
+}
+
+#[wasm_bindgen]
+impl WasmGeneration {
+    #[wasm_bindgen(constructor)]
+    pub fn new(engine: &WasmEngine) -> WasmGeneration {
+        WasmGeneration {
+            session: engine.engine.new_session(),
+            generator: None,
+        }
+    }
+
+    /// Starts the assistant's reply to `messages_json` (`[{role, content}]`) with the options
+    /// of `generate_defaults` (JSON, missing fields take the defaults); prefill happens here.
+    pub fn begin_chat(
+        &mut self,
+        messages_json: &str,
+        options_json: &str,
+    ) -> Result<CacheStats, JsError> {
+        let messages = messages_from_json(messages_json)?;
+        let engine = self.session.engine().clone();
+        let ids = engine.encode_chat(&messages, true).map_err(js_error)?;
+        self.begin(&ids, options_json)
+    }
+
+    /// Starts a continuation of the raw `prompt` (no chat template; BOS if the model wants it).
+    pub fn begin_prompt(
+        &mut self,
+        prompt: &str,
+        options_json: &str,
+    ) -> Result<CacheStats, JsError> {
+        let engine = self.session.engine().clone();
+        let ids = engine.encode_prompt(prompt).map_err(js_error)?;
+        self.begin(&ids, options_json)
+    }
+
+    fn begin(&mut self, ids: &[u32], options_json: &str) -> Result<CacheStats, JsError> {
+        self.generator = None;
+        let options = GenerateOptions::from_json(options_json).map_err(js_error)?;
+        let generator = Generator::new(&options).map_err(js_error)?;
+        let start = prefill(&mut self.session, ids).map_err(js_error)?;
+        self.generator = Some(generator);
+        Ok(cache_stats(start))
+    }
+
+    /// One step of the reply: its text (possibly empty), or undefined once it is over.
+    pub fn next_token(&mut self) -> Result<Option<String>, JsError> {
+        let Some(generator) = self.generator.as_mut() else {
+            return Err(JsError::new("no reply in progress"));
+        };
+        generator.step(&mut self.session).map_err(js_error)
+    }
+
+    /// Ends the reply now (aborted); `finish` still reports it.
+    pub fn cancel(&mut self) {
+        if let Some(generator) = self.generator.as_mut() {
+            generator.cancel();
+        }
+    }
+
+    /// Ends the reply and returns it as JSON: `text`, `completion_tokens`, `stop` (core's
+    /// StopReason name, or null) and `speculative` (`attempts`, `drafted`, `accepted`,
+    /// `forwards`, `tokens`).
+    pub fn finish(&mut self) -> Result<String, JsError> {
+        let Some(generator) = self.generator.take() else {
+            return Err(JsError::new("no reply in progress"));
+        };
+        let (reply, _) = generator.finish();
+        Ok(serde_json::json!({
+            "text": reply.text,
+            "completion_tokens": reply.tokens.len(),
+            "stop": reply.stop,
+            "speculative": reply.stats,
+        })
+        .to_string())
+    }
+
+    /// Compose-while-typing: prefills `history_json` (`[{role, content}]`, the conversation
+    /// before the message being typed) followed by `draft` as the next user message.
+    pub fn compose(&mut self, history_json: &str, draft: &str) -> Result<CacheStats, JsError> {
+        if self.generator.is_some() {
+            return Err(JsError::new(
+                "a reply is being generated: compose after it ends",
+            ));
+        }
+        let history = messages_from_json(history_json)?;
+        let d = sync_chat_draft(&mut self.session, &history, draft).map_err(js_error)?;
+        Ok(CacheStats {
+            prompt_tokens: 0,
+            reused: d.reused as u32,
+            prefilled: d.prefilled as u32,
+            dropped_turns: 0,
+        })
+    }
+
+    /// Tokens held in the KV cache.
+    pub fn cached_tokens(&self) -> u32 {
+        self.session.len() as u32
     }
 }

@@ -1,6 +1,6 @@
 //! Kernels: THE reduction contract and the per-backend function tables.
 //!
-//! Every floating-point result of the forward pass is defined by [`reference`]; every backend
+//! Every floating-point result of the forward pass is defined by [`reference`](mod@reference); every backend
 //! (reference, AVX2, AVX-VNNI, AVX-512, wasm simd128, relaxed-simd) must return the same bits for
 //! any batch size, thread count and tile configuration. The rules, normative (ARCHITECTURE.md section 4, where they are written in full):
 //!

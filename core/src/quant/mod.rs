@@ -163,7 +163,7 @@ impl GgmlType {
 /// Elements per quantization block (all block formats here).
 pub const QK: usize = 32;
 
-/// Q4_0 block (GGUF spec): value j = d * ((qs[j] & 15) - 8), value j+16 = d * ((qs[j] >> 4) - 8).
+/// Q4_0 block (GGUF spec): value j = d * ((qs\[j\] & 15) - 8), value j+16 = d * ((qs\[j\] >> 4) - 8).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlockQ4_0 {
@@ -235,7 +235,7 @@ fn q5_pack(q: &[u8; QK]) -> ([u8; 4], [u8; QK / 2]) {
     (h.to_le_bytes(), qs)
 }
 
-/// Q8_0 block (GGUF spec): value = d * qs[j].
+/// Q8_0 block (GGUF spec): value = d * qs\[j\].
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlockQ8_0 {

@@ -1,0 +1,168 @@
+// The npm package as a user gets it: `npm pack` npm/, install the tarball into a fresh temporary
+// project, then (1) `tsc --noEmit` on the README's example against its types, (2) Node.js: the
+// same greedy reply as the native CLI (npm-node.mjs), and createServerEngine against a mock
+// OpenAI-compatible server (npm-server.mjs), (3) headless Chromium and (4) headless
+// Firefox (Debian's firefox-esr over WebDriver BiDi, puppeteer-core) on a page that imports it:
+// a streamed greedy reply equal to the native CLI's on the threads build, an aborted stream,
+// a reload that takes the model from the Cache API, and deleting it from the cache.
+// Run by tests/tests/wasm_browser.rs:
+//   node tests/wasm/npm.mjs spec.json   (spec: { model, message, max_tokens, expected })
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { launchChromium } from './chromium.mjs';
+import { startServer, ISOLATED } from '../../scripts/serve.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, '../..');
+const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
+const only = process.env.INFERNO_NPM_TESTS?.split(',') ?? ['types', 'node', 'server', 'chromium', 'firefox'];
+let failures = 0;
+const check = (ok, what) => {
+  console.log(`${ok ? 'ok' : 'FAIL'} ${what}`);
+  if (!ok) failures++;
+};
+const run = (cmd, args, cwd) => execFileSync(cmd, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+
+// The tarball, installed into a fresh project (no registry: the package has no dependencies).
+const project = mkdtempSync(join(tmpdir(), 'inferno-npm-'));
+const tarball = run('npm', ['pack', '--silent', '--pack-destination', project, join(repo, 'npm')], repo).trim().split('\n').pop();
+writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'inferno-npm-test', private: true, type: 'module' }));
+run('npm', ['install', '--offline', '--no-audit', '--no-fund', join(project, tarball)], project);
+const installed = join(project, 'node_modules', 'inferno-llm');
+check(existsSync(join(installed, 'pkg', 'simd128', 'inferno_wasm_bg.wasm')) && existsSync(join(installed, 'index.d.ts')),
+  `${tarball} installs with its wasm builds and types`);
+
+// The page's steps, in the browser (the function's source is sent; no closure).
+async function pageSteps({ message, maxTokens, step }) {
+  const { createEngine, listCachedModels, deleteCachedModel } = window.inferno;
+  const progress = [];
+  const engine = await createEngine({ model: '/model.gguf', onProgress: (p) => progress.push(p) });
+  const stats = await engine.stats();
+  const out = { variant: stats.variant, threads: stats.threads, kernels: stats.kernels, cached: progress.some((p) => p.cached) };
+  const messages = [{ role: 'user', content: message }];
+  if (step === 'first') {
+    const stream = await engine.chat.completions.create({ messages, stream: true, temperature: 0, max_tokens: maxTokens });
+    let text = '';
+    let chunks = 0;
+    for await (const chunk of stream) {
+      chunks++;
+      text += chunk.choices[0].delta.content ?? '';
+    }
+    Object.assign(out, { text, chunks });
+    // Abort after two pieces: the stream throws AbortError and the engine still answers.
+    const controller = new AbortController();
+    let got = 0;
+    try {
+      const s = await engine.chat.completions.create({ messages, stream: true, max_tokens: 200, signal: controller.signal });
+      for await (const chunk of s) if (chunk.choices[0].delta.content && ++got === 2) controller.abort();
+      out.abort = 'not aborted';
+    } catch (e) {
+      out.abort = e.name;
+    }
+    out.abortedTokens = (await engine.stats()).last.completion_tokens;
+    const after = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'Say hi.' }], max_tokens: 4 });
+    out.after = after.choices[0].message.content;
+  } else {
+    const reply = await engine.chat.completions.create({ messages, temperature: 0, max_tokens: maxTokens });
+    out.text = reply.choices[0].message.content;
+    out.listed = (await listCachedModels()).map((m) => m.url);
+    out.deleted = await deleteCachedModel('/model.gguf');
+    out.listedAfter = (await listCachedModels()).length;
+  }
+  await engine.unload();
+  return out;
+}
+
+async function browserChecks(name, page, url) {
+  const args = { message: spec.message, maxTokens: spec.max_tokens };
+  await page.goto(`${url}index.html`);
+  await page.waitForFunction(() => document.body?.dataset.ready === '1');
+  const first = await page.evaluate(pageSteps, { ...args, step: 'first' });
+  console.log(`${name}: ${JSON.stringify(first)}`);
+  check(first.variant === 'threads' && first.threads >= 2 && first.kernels === 'relaxed', `${name}: a cross-origin-isolated page runs the threads build with relaxed kernels (${first.variant}, ${first.threads} threads, ${first.kernels})`);
+  check(!first.cached, `${name}: the first load downloads the model`);
+  check(first.text === spec.expected && first.chunks > 2, `${name}: streamed greedy reply (${first.chunks} chunks) equals the native CLI's\n  page:   ${JSON.stringify(first.text)}\n  native: ${JSON.stringify(spec.expected)}`);
+  check(first.abort === 'AbortError' && first.abortedTokens < 20, `${name}: an aborted stream throws AbortError and stops (${first.abort}, ${first.abortedTokens} tokens)`);
+  check(first.after.length > 0, `${name}: the engine answers after an abort (${JSON.stringify(first.after)})`);
+  await page.reload();
+  await page.waitForFunction(() => document.body?.dataset.ready === '1');
+  const second = await page.evaluate(pageSteps, { ...args, step: 'reload' });
+  check(second.cached, `${name}: after a reload the model comes from the Cache API`);
+  check(second.text === spec.expected, `${name}: the same reply after the reload`);
+  check(second.listed.some((u) => u.endsWith('/model.gguf')) && second.deleted && second.listedAfter === 0,
+    `${name}: listCachedModels lists it and deleteCachedModel removes it (${JSON.stringify(second.listed)})`);
+}
+
+const server = await startServer({ port: 0, root: project, model: spec.model, headers: ISOLATED });
+copyFileSync(join(here, 'npm-page.html'), join(project, 'index.html'));
+try {
+  if (only.includes('types')) {
+    copyFileSync(join(here, 'npm-example.ts'), join(project, 'example.ts'));
+    const tsc = join(repo, 'node_modules', 'typescript', 'bin', 'tsc');
+    try {
+      run(process.execPath, [tsc, '--noEmit', '--strict', '--target', 'es2022', '--module', 'nodenext', '--moduleResolution', 'nodenext',
+        '--lib', 'es2022,dom,dom.asynciterable', '--types', '', 'example.ts'], project);
+      check(true, 'tsc --noEmit on the README example against index.d.ts');
+      run(process.execPath, [join(repo, 'scripts', 'npm-api.mjs'), '--check'], repo);
+      check(true, 'npm/API.md is generated from the current index.d.ts');
+    } catch (e) {
+      check(false, `tsc --noEmit on the README example:\n${e.stdout}${e.stderr}`);
+    }
+  }
+  if (only.includes('node')) {
+    copyFileSync(join(here, 'npm-node.mjs'), join(project, 'node.mjs'));
+    const specPath = join(project, 'spec.json');
+    writeFileSync(specPath, JSON.stringify(spec));
+    try {
+      console.log(run(process.execPath, ['node.mjs', specPath], project).trimEnd());
+    } catch (e) {
+      console.log(`${e.stdout}${e.stderr}`);
+      check(false, 'node: npm-node.mjs');
+    }
+  }
+  if (only.includes('server')) {
+    copyFileSync(join(here, 'npm-server.mjs'), join(project, 'server.mjs'));
+    try {
+      console.log(run(process.execPath, ['server.mjs'], project).trimEnd());
+    } catch (e) {
+      console.log(`${e.stdout}${e.stderr}`);
+      check(false, 'server client: npm-server.mjs');
+    }
+  }
+  if (only.includes('chromium')) {
+    const browser = await launchChromium();
+    try {
+      await browserChecks('chromium', browser.page, server.url);
+    } finally {
+      await browser.close();
+    }
+  }
+  if (only.includes('firefox')) {
+    const executablePath = process.env.FIREFOX || '/usr/bin/firefox-esr';
+    if (!existsSync(executablePath)) {
+      check(false, `firefox: ${executablePath} is missing (scripts/setup-wasm.sh --browser installs firefox-esr)`);
+    } else {
+      const { default: puppeteer } = await import('puppeteer-core');
+      const profile = mkdtempSync(join(tmpdir(), 'inferno-firefox-'));
+      const browser = await puppeteer.launch({ browser: 'firefox', executablePath, headless: true, userDataDir: profile });
+      try {
+        const page = await browser.newPage();
+        page.setDefaultTimeout(180_000);
+        await browserChecks('firefox', page, server.url);
+      } finally {
+        await browser.close();
+        rmSync(profile, { recursive: true, force: true });
+      }
+    }
+  }
+} catch (e) {
+  failures++;
+  console.log(`FAIL ${e.stack || e}`);
+} finally {
+  await server.close();
+  rmSync(project, { recursive: true, force: true });
+}
+process.exit(failures ? 1 : 0);
