@@ -51,7 +51,7 @@ test-rust:
 # core/src/quant/kquants.rs's doc comments escape their [j] / [l] indexing.
 test-crates:
 	$(CARGO) package -p inferno-core -p inferno-native --no-verify --allow-dirty --quiet
-	$(CARGO) doc --no-deps -p inferno-core -p inferno-native --quiet
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p inferno-core -p inferno-native --quiet
 
 # core must build for the browser: no threads, no file system, no x86 assumptions.
 test-wasm-build: setup

@@ -87,7 +87,7 @@ impl Tokenizer {
     }
 
     /// Builds the tokenizer from GGUF `tokenizer.ggml.*` metadata: `gpt2` (byte-level BPE) or
-    /// `llama` (SentencePiece with byte fallback, encoded as llama.cpp does, see [`spm`]; with
+    /// `llama` (SentencePiece with byte fallback, encoded as llama.cpp does, in `tokenizer/spm.rs`; with
     /// `tokenizer.ggml.merges` present, a BPE over those merges instead).
     pub fn from_gguf_metadata(meta: &[(String, Value)]) -> Result<Tokenizer> {
         let model = meta_str(meta, "tokenizer.ggml.model")?;

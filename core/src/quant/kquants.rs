@@ -11,7 +11,7 @@ use super::{f16_to_f32, f32_to_f16};
 pub const QK_K: usize = 256;
 
 /// Q2_K: 16 sub-blocks of 16, 2-bit quants, 4-bit scale and 4-bit minimum per sub-block.
-/// value = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4).
+/// value = `d * (scales[s] & 15) * q - dmin * (scales[s] >> 4)`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockQ2K {
@@ -132,7 +132,7 @@ pub fn q3k_scales(packed: &[u8; 12]) -> [i8; 16] {
 }
 
 /// Quant l of sub-block j of Q4_K's layout: a nibble of qs[32 (j / 2) + l], plus 16 if bit j
-/// of qh[l] is set (Q5_K).
+/// of `qh[l]` is set (Q5_K).
 #[inline(always)]
 fn k4_quant(qs: &[u8; 128], qh: Option<&[u8; 32]>, j: usize, l: usize) -> u8 {
     let byte = qs[32 * (j / 2) + l];
@@ -279,7 +279,7 @@ impl KBlock for BlockQ3K {
     fn scales(&self) -> (f32, f32) {
         (f16_to_f32(self.d), 0.0)
     }
-    /// As Q2_K's layout; the high bit of element 128n + 32j + l is bit 4n + j of hmask[l].
+    /// As Q2_K's layout; the high bit of element 128n + 32j + l is bit 4n + j of `hmask[l]`.
     fn sub_blocks(&self) -> [SubBlock; 8] {
         let sc = q3k_scales(&self.scales);
         std::array::from_fn(|b| {
@@ -409,7 +409,7 @@ impl KBlock for BlockQ5K {
     fn scales(&self) -> (f32, f32) {
         (f16_to_f32(self.d), f16_to_f32(self.dmin))
     }
-    /// Q4_K's layout; bit 4 of sub-block j's element l is bit j of qh[l].
+    /// Q4_K's layout; bit 4 of sub-block j's element l is bit j of `qh[l]`.
     fn sub_blocks(&self) -> [SubBlock; 8] {
         k4_sub_blocks(&self.scales, &self.qs, Some(&self.qh))
     }
