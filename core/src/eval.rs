@@ -1,6 +1,8 @@
 //! Perplexity scoring, as the oracle and llama.cpp define it: the text is cut into windows, each
 //! run from position 0 with a fresh cache, and each token is scored by the model's prediction
-//! from the tokens before it in its window.
+//! from the tokens before it in its window. For a model that wants BOS (Gemma), every window
+//! starts with BOS in place of its first token, as llama-perplexity does: such a model is lost
+//! without it, and the first token of a window is never scored anyway.
 
 use crate::engine::Engine;
 use crate::{Error, Result};
@@ -8,7 +10,8 @@ use crate::{Error, Result};
 /// Per-token negative log-likelihood (natural log) of `tokens` under non-overlapping windows of
 /// `window` tokens: entry i is the NLL of token i, NaN for the first token of each window.
 /// `on_window(done, total)` is called after each window. A window below 2 tokens scores nothing
-/// and is an error.
+/// and is an error. When the model adds BOS, each window's first token is replaced by BOS
+/// (llama-perplexity's rule), which changes no scored position but the window's second token's.
 pub fn window_nll(
     engine: &Engine,
     tokens: &[u32],
@@ -19,9 +22,17 @@ pub fn window_nll(
     let vocab = engine.config().vocab_size;
     let mut nll = vec![f64::NAN; tokens.len()];
     let total = tokens.len().div_ceil(window);
+    let special = engine.special_tokens();
+    let bos = special.bos.filter(|_| special.add_bos);
+    let mut input = Vec::with_capacity(window);
     for (w, chunk) in tokens.chunks(window).enumerate() {
+        input.clear();
+        input.extend_from_slice(chunk);
+        if let Some(bos) = bos {
+            input[0] = bos;
+        }
         let mut session = engine.new_session();
-        let logits = session.append_all_logits(chunk)?; // (chunk.len(), vocab)
+        let logits = session.append_all_logits(&input)?; // (chunk.len(), vocab)
         for p in 0..chunk.len() - 1 {
             let row = &logits[p * vocab..(p + 1) * vocab];
             nll[w * window + p + 1] = log_sum_exp(row) - row[chunk[p + 1] as usize] as f64;
@@ -74,7 +85,7 @@ pub struct Perplexity {
     /// Every token but the first of each window (the oracle's `non_overlapping_512`).
     pub non_overlapping: f64,
     pub non_overlapping_scored: usize,
-    /// Full windows only, second half only (`llama-perplexity -c 512`, no BOS).
+    /// Full windows only, second half only (`llama-perplexity -c 512`).
     pub llamacpp_style: f64,
     pub llamacpp_style_scored: usize,
 }

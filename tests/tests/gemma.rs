@@ -228,3 +228,32 @@ const GREEDY_CONTINUATION_IDS: &[u32] = &[
     506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488,
 ];
 const GREEDY_REPLY: &str = "Write one sentence about the sea. mendatang\nWrite one sentence";
+
+/// llama-perplexity's rule for a model that wants BOS: every window starts with BOS in place of
+/// its first token. Window 2 of 6-token windows scores token 7 from [BOS, token 6].
+#[test]
+fn perplexity_windows_6_start_with_bos_in_place_of_their_first_token() {
+    let engine = engine();
+    let tokens = engine
+        .encode_prompt("The capital of France is Paris, and the capital of Italy is Rome.")
+        .expect("encodes");
+    assert!(tokens.len() >= 12 && tokens[0] == 2, "{tokens:?}");
+    let nll =
+        inferno_core::eval::window_nll(engine, &tokens[..12], 6, &mut |_, _| {}).expect("scores");
+    let vocab = engine.config().vocab_size;
+    for (w, chunk) in tokens[..12].chunks(6).enumerate() {
+        let mut input = chunk.to_vec();
+        input[0] = 2; // BOS
+        let mut session = engine.new_session();
+        let logits = session.append_all_logits(&input).expect("runs").to_vec();
+        for p in 0..5 {
+            let row = &logits[p * vocab..(p + 1) * vocab];
+            let want = inferno_core::eval::log_sum_exp(row) - row[chunk[p + 1] as usize] as f64;
+            assert_eq!(
+                nll[w * 6 + p + 1].to_bits(),
+                want.to_bits(),
+                "window {w} position {p}"
+            );
+        }
+    }
+}
