@@ -52,8 +52,8 @@ fn config_layers_and_scales_as_llama_cpp_loads_gemma3() {
     assert!(c.tied_embeddings && c.qk_norm && c.extras.post_norms);
 }
 
-/// Ids checked against the vocabulary by hand (llama-tokenize was not built yet when they were
-/// written): pieces with `▁`, user-defined runs of spaces and newlines matched before splitting,
+/// Ids equal to llama.cpp's `llama-tokenize --no-bos` on the same file (the last case is ours
+/// alone): pieces with `▁`, user-defined runs of spaces and newlines matched before splitting,
 /// single digits, and 🦙 (no piece) as its four UTF-8 bytes.
 #[test]
 fn tokenize_spaces_newlines_digits_unicode_byte_fallback_specials() {
