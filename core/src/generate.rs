@@ -9,8 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
+use crate::model::{LogitsFor, Scratch};
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::session::Session;
+use crate::session::{append_batch, Append, Session};
 use crate::speculative::{Gate, NgramIndex, SpeculativeOptions, SpeculativeStats};
 use crate::tokenizer::StreamDecoder;
 use crate::{Error, Result};
@@ -168,6 +169,152 @@ pub struct Generator {
     stop_reason: Option<StopReason>,
     /// Everything, including the held-back text, has been returned.
     drained: bool,
+    /// Keep each sampled token's log-probability and this many alternatives (OpenAI's
+    /// `logprobs` / `top_logprobs`).
+    logprobs_top: Option<usize>,
+    logprobs: Vec<TokenLogprob>,
+}
+
+/// A sampled token's log-probability under the model (log-softmax of the raw logits, before
+/// temperature and penalties) and the most likely tokens at its position.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+    /// (token, log-probability), most likely first; ties by the lower id.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// Token `id`'s entry from one row of logits, with the `top` most likely tokens. Sums in
+    /// f64 in index order, so the value is the same on every machine.
+    pub fn of(logits: &[f32], id: u32, top: usize) -> TokenLogprob {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().map(|&x| libm::exp(f64::from(x - max))).sum();
+        let log_sum = libm::log(sum);
+        let logprob = |x: f32| (f64::from(x - max) - log_sum) as f32;
+        let mut order: Vec<u32> = Vec::new();
+        if top > 0 {
+            order = (0..logits.len() as u32).collect();
+            let key = |&i: &u32| (std::cmp::Reverse(OrdF32(logits[i as usize])), i);
+            let k = top.min(order.len());
+            if k < order.len() {
+                order.select_nth_unstable_by_key(k - 1, key);
+                order.truncate(k);
+            }
+            order.sort_by_key(key);
+        }
+        TokenLogprob {
+            id,
+            logprob: logprob(logits[id as usize]),
+            top: order
+                .into_iter()
+                .map(|i| (i, logprob(logits[i as usize])))
+                .collect(),
+        }
+    }
+}
+
+/// f32 ordered by `total_cmp` (NaN logits sort without a panic).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OrdF32(f32);
+
+impl Eq for OrdF32 {}
+
+impl PartialOrd for OrdF32 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for OrdF32 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Where [`Generator::begin_step`] left a step.
+enum Begin {
+    /// Finished without a forward: the step's result.
+    Done(Option<String>),
+    /// These tokens must run through the model first.
+    Forward(Vec<u32>),
+}
+
+/// One reply of [`step_batch`]: a generator and the session it extends.
+pub struct Reply<'a> {
+    pub session: &'a mut Session,
+    pub generator: &'a mut Generator,
+}
+
+/// One step of several replies (and some prefill) in a single forward pass: what a server
+/// runs for its conversations. Each reply's step gives exactly what [`Generator::step`] alone
+/// would (rule 7: every row of the batch is computed as if its sequence ran alone), and each
+/// prefill part ends as [`append_batch`] leaves it. Returns each reply's step result; the outer
+/// error is a failed forward, after which no session has changed but the replies that were
+/// in it cannot go on (cancel them).
+pub fn step_batch(
+    scratch: &mut Scratch,
+    replies: &mut [Reply<'_>],
+    prefills: &mut [Append<'_>],
+) -> Result<Vec<Result<Option<String>>>> {
+    let mut results: Vec<Option<Result<Option<String>>>> = Vec::with_capacity(replies.len());
+    let mut batches: Vec<Option<Vec<u32>>> = Vec::with_capacity(replies.len());
+    for r in replies.iter_mut() {
+        match r.generator.begin_step(r.session) {
+            Ok(Begin::Done(out)) => {
+                results.push(Some(Ok(out)));
+                batches.push(None);
+            }
+            Ok(Begin::Forward(batch)) => {
+                results.push(None);
+                batches.push(Some(batch));
+            }
+            Err(e) => {
+                results.push(Some(Err(e)));
+                batches.push(None);
+            }
+        }
+    }
+    let mut parts: Vec<Append<'_>> = Vec::new();
+    let mut forwarded = Vec::new();
+    for (i, (r, batch)) in replies.iter_mut().zip(&batches).enumerate() {
+        if let Some(batch) = batch {
+            forwarded.push(i);
+            parts.push(Append {
+                session: &mut *r.session,
+                tokens: batch,
+                want: LogitsFor::All,
+            });
+        }
+    }
+    for p in prefills.iter_mut() {
+        parts.push(Append {
+            session: &mut *p.session,
+            tokens: p.tokens,
+            want: p.want,
+        });
+    }
+    let logits = append_batch(scratch, &mut parts)?;
+    drop(parts);
+    let mut row = 0;
+    for &i in &forwarded {
+        let batch = batches[i].as_deref().unwrap_or_default();
+        let Reply { session, generator } = &mut replies[i];
+        let engine = session.engine().clone();
+        let vocab = engine.config().vocab_size;
+        let rows = &logits[row * vocab..(row + batch.len()) * vocab];
+        row += batch.len();
+        let base = session.len() - batch.len();
+        let result = generator
+            .absorb(&engine, batch, rows, session.tokens())
+            .and_then(|(text, in_cache)| {
+                session.truncate(base + in_cache);
+                generator.finish_step(text, session)
+            });
+        results[i] = Some(result);
+    }
+    Ok(results.into_iter().map(|r| r.unwrap_or(Ok(None))).collect())
 }
 
 /// A finished reply.
@@ -217,6 +364,8 @@ impl Generator {
             end_token: None,
             stop_reason: None,
             drained: false,
+            logprobs_top: None,
+            logprobs: Vec::new(),
         }
     }
 
@@ -232,11 +381,27 @@ impl Generator {
     /// a possible stop string is pending). Returns None once the reply has ended and all its
     /// text has been returned.
     pub fn step(&mut self, session: &mut Session) -> Result<Option<String>> {
+        let batch = match self.begin_step(session)? {
+            Begin::Done(out) => return Ok(out),
+            Begin::Forward(batch) => batch,
+        };
+        let base = session.len();
+        let engine = session.engine().clone();
+        let (logits, history) = session.append_scored(&batch)?;
+        let (text, in_cache) = self.absorb(&engine, &batch, logits, history)?;
+        session.truncate(base + in_cache);
+        self.finish_step(text, session)
+    }
+
+    /// A step up to its forward: either done without one (the reply has ended, or the first
+    /// step draws from the prefill's logits), or the tokens to run: the pending token and any
+    /// drafted ones.
+    fn begin_step(&mut self, session: &mut Session) -> Result<Begin> {
         if self.drained {
-            return Ok(None);
+            return Ok(Begin::Done(None));
         }
         if self.stop_reason.is_some() {
-            return self.drain(session).map(Some);
+            return self.drain(session).map(|t| Begin::Done(Some(t)));
         }
         if !self.started {
             self.started = true;
@@ -254,16 +419,16 @@ impl Generator {
                     String::new()
                 }
                 None => {
-                    let id = self.sampler.sample(logits, history);
+                    let id = self.draw(logits, history);
                     self.take(id, &engine)?
                 }
             };
-            return self.finish_step(piece, session);
+            return self.finish_step(piece, session).map(Begin::Done);
         }
         let Some(next) = self.next.take() else {
             // Unreachable: a started reply that has not stopped always has a pending token.
             self.stop_reason = Some(StopReason::Cancelled);
-            return self.drain(session).map(Some);
+            return self.drain(session).map(|t| Begin::Done(Some(t)));
         };
 
         // [next, draft...]: the draft never outruns max_tokens or the context.
@@ -276,12 +441,23 @@ impl Generator {
                 batch.extend_from_slice(index.draft(max));
             }
         }
-        let drafted = batch.len() - 1;
-        let base = session.len();
-        let engine = session.engine().clone();
-        let (vocab, context) = (engine.config().vocab_size, engine.config().context_length);
         self.stats.forwards += 1;
-        let (logits, history) = session.append_scored(&batch)?;
+        Ok(Begin::Forward(batch))
+    }
+
+    /// The draws after a step's forward: `logits` has a row after each token of `batch`, and
+    /// `history` is the session's tokens with the batch appended. Returns the text and how
+    /// many of the batch's positions stay in the cache.
+    fn absorb(
+        &mut self,
+        engine: &Engine,
+        batch: &[u32],
+        logits: &[f32],
+        history: &[u32],
+    ) -> Result<(String, usize)> {
+        let (vocab, context) = (engine.config().vocab_size, engine.config().context_length);
+        let drafted = batch.len() - 1;
+        let base = history.len() - batch.len();
         let mut text = String::new();
         let mut kept = 0; // drafted tokens accepted
         let mut in_cache = batch.len(); // positions of the batch to keep
@@ -293,11 +469,9 @@ impl Generator {
                 in_cache = j + 1;
                 break;
             }
-            let id = self
-                .sampler
-                .sample(&logits[j * vocab..(j + 1) * vocab], history);
+            let id = self.draw(&logits[j * vocab..(j + 1) * vocab], history);
             let accepted = j < drafted && batch[j + 1] == id;
-            text.push_str(&self.take(id, &engine)?);
+            text.push_str(&self.take(id, engine)?);
             if accepted && self.end_token.is_none() {
                 // Already in the cache: not pending.
                 self.next = None;
@@ -319,8 +493,16 @@ impl Generator {
             self.stats.accepted += kept;
             self.gate.record(drafted, kept, self.speculative.draft_max);
         }
-        session.truncate(base + in_cache);
-        self.finish_step(text, session)
+        Ok((text, in_cache))
+    }
+
+    /// The sampler's draw from one row of logits, with its log-probability kept when asked.
+    fn draw(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let id = self.sampler.sample(logits, history);
+        if let Some(top) = self.logprobs_top {
+            self.logprobs.push(TokenLogprob::of(logits, id, top));
+        }
+        id
     }
 
     /// Why the reply must stop before drawing the token after `len` tokens of context, as
@@ -338,6 +520,8 @@ impl Generator {
     /// A drawn token: the end of the reply, or the next pending token and its text.
     fn take(&mut self, id: u32, engine: &Engine) -> Result<String> {
         if engine.is_end_of_generation(id) {
+            // The end token is not part of the reply, nor is its log-probability.
+            self.logprobs.truncate(self.tokens.len());
             self.stop_reason = Some(StopReason::EndOfGeneration);
             self.end_token = Some(id);
             self.next = None;
@@ -372,6 +556,19 @@ impl Generator {
             }
         }
         Ok(Some(text))
+    }
+
+    /// Keeps each sampled token's log-probability and the `top` most likely tokens at its
+    /// position ([`Generator::logprobs`]); before the first step.
+    pub fn set_logprobs(&mut self, top: Option<usize>) {
+        if !self.started {
+            self.logprobs_top = top;
+        }
+    }
+
+    /// One entry per sampled token (of [`Generator::tokens`]) when asked for.
+    pub fn logprobs(&self) -> &[TokenLogprob] {
+        &self.logprobs
     }
 
     /// What speculation did so far in this reply.

@@ -22,8 +22,14 @@ pub struct SamplerConfig {
     pub min_p: f32,
     /// 1.0 means no penalty (llama.cpp's rule: positive logits divided, negative multiplied).
     pub repeat_penalty: f32,
-    /// How many of the most recent tokens the penalty looks at.
+    /// How many of the most recent tokens the penalties look at.
     pub repeat_last_n: usize,
+    /// Subtracted once from the logit of every token among the recent ones (OpenAI's
+    /// `presence_penalty`, llama.cpp's rule); 0.0 means none.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it occurs among the recent ones (OpenAI's
+    /// `frequency_penalty`); 0.0 means none.
+    pub frequency_penalty: f32,
     pub seed: u64,
 }
 
@@ -36,6 +42,8 @@ impl Default for SamplerConfig {
             min_p: 0.05,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed: 0,
         }
     }
@@ -62,6 +70,12 @@ impl SamplerConfig {
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
             return bad("repeat penalty must be a finite number > 0");
+        }
+        if !(-2.0..=2.0).contains(&self.presence_penalty) {
+            return bad("presence penalty must be in [-2, 2]");
+        }
+        if !(-2.0..=2.0).contains(&self.frequency_penalty) {
+            return bad("frequency penalty must be in [-2, 2]");
         }
         Ok(())
     }
@@ -96,6 +110,18 @@ impl Sampler {
                         *v * cfg.repeat_penalty
                     };
                 }
+            }
+        }
+        if (cfg.presence_penalty != 0.0 || cfg.frequency_penalty != 0.0) && cfg.repeat_last_n > 0 {
+            let l = logits.to_mut();
+            let recent = &history[history.len().saturating_sub(cfg.repeat_last_n)..];
+            let mut counts = std::collections::BTreeMap::new();
+            for &t in recent.iter().filter(|&&t| (t as usize) < l.len()) {
+                *counts.entry(t).or_insert(0u32) += 1;
+            }
+            for (t, count) in counts {
+                let v = &mut l[t as usize];
+                *v = *v - (count as f32 * cfg.frequency_penalty + cfg.presence_penalty);
             }
         }
         if cfg.temperature == 0.0 {
@@ -201,6 +227,22 @@ mod tests {
         let mut s = Sampler::new(cfg);
         // Token 0 (3.0 -> 1.5) loses to token 1 (2.0).
         assert_eq!(s.sample(&[3.0, 2.0, -1.0], &[0]), 1);
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_subtract_once_and_per_occurrence() {
+        let mut s = Sampler::new(SamplerConfig {
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            ..SamplerConfig::greedy()
+        });
+        // Token 0 seen 3 times: 3.0 - (3 * 0.25 + 0.5) = 1.75 beats token 1's 2.0 - 0.75 = 1.25.
+        assert_eq!(s.sample(&[3.0, 2.0, 1.0], &[0, 0, 0, 1]), 0);
+        // 3.0 - (8 * 0.25 + 0.5) = 0.5 and 2.0 - (4 * 0.25 + 0.5) = 0.5 lose to unseen 1.0.
+        assert_eq!(
+            s.sample(&[3.0, 2.0, 1.0], &[0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1]),
+            2
+        );
     }
 
     #[test]

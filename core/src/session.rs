@@ -4,7 +4,7 @@
 //! as one forward over the final tokens.
 
 use crate::engine::Engine;
-use crate::model::{KvCache, LogitsFor, Scratch};
+use crate::model::{KvCache, LogitsFor, Scratch, Sequence};
 use crate::{Error, Result};
 
 #[derive(Clone)]
@@ -226,6 +226,72 @@ impl Session {
             prefilled: ids.len() - reused,
         })
     }
+}
+
+/// One session's part of [`append_batch`]: the tokens it appends and which logits it wants.
+pub struct Append<'a> {
+    pub session: &'a mut Session,
+    pub tokens: &'a [u32],
+    pub want: LogitsFor,
+}
+
+/// Appends to several sessions of one engine in a single forward pass (a server's
+/// conversations: the weights are read once for all of them). Each session ends exactly as if
+/// its part had run alone through [`Session::append`] (`Last`), [`Session::prefill`] (`None`) or
+/// [`Session::append_scored`] (`All`), bit for bit (rule 7). Returns the logits asked for, part
+/// after part ([`Sequence::logit_rows`] rows of `vocab_size` each), borrowed from `scratch`.
+/// On an error no session changes.
+pub fn append_batch<'s>(scratch: &'s mut Scratch, parts: &mut [Append<'_>]) -> Result<&'s [f32]> {
+    let Some(engine) = parts.first().map(|p| p.session.engine.clone()) else {
+        return Ok(&[]);
+    };
+    if let Some(p) = parts
+        .iter()
+        .find(|p| !std::ptr::eq(p.session.engine.weights(), engine.weights()))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "append_batch: a session of {} tokens is on another model",
+            p.session.len()
+        )));
+    }
+    let mut sequences: Vec<Sequence<'_>> = parts
+        .iter_mut()
+        .map(|p| Sequence {
+            cache: &mut p.session.cache,
+            tokens: p.tokens,
+            want: p.want,
+        })
+        .collect();
+    let rows: Vec<usize> = sequences.iter().map(Sequence::logit_rows).collect();
+    let result = engine
+        .weights()
+        .forward_batch(engine.compute(), scratch, &mut sequences);
+    drop(sequences);
+    let logits = match result {
+        Ok(logits) => logits,
+        Err(err) => {
+            // A failed forward may have grown a cache: drop what is not ours.
+            for p in parts.iter_mut() {
+                let len = p.session.tokens.len();
+                p.session.cache.truncate(len);
+            }
+            return Err(err);
+        }
+    };
+    let vocab = engine.config().vocab_size;
+    let mut at = 0;
+    for (p, rows) in parts.iter_mut().zip(rows) {
+        if p.tokens.is_empty() {
+            continue;
+        }
+        p.session.tokens.extend_from_slice(p.tokens);
+        at += rows;
+        p.session.last_logits = match p.want {
+            LogitsFor::None => None,
+            _ => Some(logits[(at - 1) * vocab..at * vocab].to_vec()),
+        };
+    }
+    Ok(logits)
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {

@@ -30,10 +30,29 @@ pub struct Compute<'a> {
     pub tuning: &'a Tuning,
 }
 
+/// One sequence's part of a forward pass: its cache, the tokens that follow what the cache
+/// holds, and which of their positions get logits.
+pub struct Sequence<'a> {
+    pub cache: &'a mut KvCache,
+    pub tokens: &'a [u32],
+    pub want: LogitsFor,
+}
+
+impl Sequence<'_> {
+    /// Rows of logits this sequence gets.
+    pub fn logit_rows(&self) -> usize {
+        match self.want {
+            LogitsFor::None => 0,
+            LogitsFor::Last => usize::from(!self.tokens.is_empty()),
+            LogitsFor::All => self.tokens.len(),
+        }
+    }
+}
+
 impl Weights {
     /// Runs the model over `tokens` at positions `cache.len ..`, appending their K/V to `cache`,
     /// and returns the logits asked for (`vocab_size` per position, in order), which live in
-    /// `scratch` until the next call.
+    /// `scratch` until the next call. The one-sequence case of [`Weights::forward_batch`].
     pub fn forward<'s>(
         &self,
         compute: Compute<'_>,
@@ -42,29 +61,68 @@ impl Weights {
         tokens: &[u32],
         want: LogitsFor,
     ) -> Result<&'s [f32]> {
+        let mut sequence = [Sequence {
+            cache,
+            tokens,
+            want,
+        }];
+        self.forward_batch(compute, scratch, &mut sequence)
+    }
+
+    /// One forward pass over several sequences at once (a server's conversations): their
+    /// tokens go through every matmul together, so the weights are read once for all of them,
+    /// while RoPE, the cache and attention stay each sequence's own. Every output row is
+    /// computed by the same operations as when its sequence runs alone (rule 7), so the bits do
+    /// not depend on the company. Returns the logits asked for, sequence after sequence
+    /// ([`Sequence::logit_rows`] rows of `vocab_size` each). Nothing is written unless every
+    /// sequence is valid.
+    pub fn forward_batch<'s>(
+        &self,
+        compute: Compute<'_>,
+        scratch: &'s mut Scratch,
+        sequences: &mut [Sequence<'_>],
+    ) -> Result<&'s [f32]> {
         let c = &self.config;
         let kernels = compute.kernels;
-        let (n, pos0) = (tokens.len(), cache.len);
         let (dim, head_dim, q_dim, kv_dim, hidden_dim) =
             (c.dim, c.head_dim, c.q_dim(), c.kv_dim(), c.hidden_dim);
+        for s in sequences.iter() {
+            let (n, pos0) = (s.tokens.len(), s.cache.len);
+            if pos0 + n > c.context_length {
+                return Err(Error::ContextOverflow {
+                    needed: pos0 + n,
+                    context: c.context_length,
+                });
+            }
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+                return Err(Error::InvalidToken {
+                    id: bad,
+                    vocab_size: c.vocab_size,
+                });
+            }
+        }
+        // Each sequence's first row in the batch and first position in its cache.
+        let spans: Vec<Span> = sequences
+            .iter()
+            .scan(0, |row, s| {
+                let span = Span {
+                    row: *row,
+                    n: s.tokens.len(),
+                    pos0: s.cache.len,
+                };
+                *row += s.tokens.len();
+                Some(span)
+            })
+            .collect();
+        let n: usize = spans.iter().map(|s| s.n).sum();
         if n == 0 {
             return Ok(&[]);
         }
-        if pos0 + n > c.context_length {
-            return Err(Error::ContextOverflow {
-                needed: pos0 + n,
-                context: c.context_length,
-            });
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(Error::InvalidToken {
-                id: bad,
-                vocab_size: c.vocab_size,
-            });
-        }
-        for layer in cache.layers.iter_mut() {
-            layer.k.resize((pos0 + n) * kv_dim);
-            layer.v.resize((pos0 + n) * kv_dim);
+        for (s, span) in sequences.iter_mut().zip(&spans) {
+            for layer in s.cache.layers.iter_mut() {
+                layer.k.resize((span.pos0 + span.n) * kv_dim);
+                layer.v.resize((span.pos0 + span.n) * kv_dim);
+            }
         }
         let qkv_dim = q_dim + 2 * kv_dim;
         let Scratch {
@@ -91,21 +149,21 @@ impl Weights {
         let head = sized(head, head_dim); // (head_dim), one head before its QK-norm
 
         // token embeddings, scaled (Gemma: by sqrt(dim))
-        for (t, &tok) in tokens.iter().enumerate() {
+        let tokens = sequences.iter().flat_map(|s| s.tokens.iter());
+        for (t, &tok) in tokens.enumerate() {
             self.token_embd
                 .row_f32(tok as usize, &mut x[t * dim..(t + 1) * dim]);
         }
         if let Some(scale) = c.extras.embedding_scale {
             x.iter_mut().for_each(|v| *v = *v * scale);
         }
-        // RoPE angles for these positions, and for the windowed layers' own base (Gemma 3)
-        rope_angles(&self.inv_freq, pos0, n, cos, sin); // (n, head_dim/2) each
+        // RoPE angles for each token's position, and for the windowed layers' own base (Gemma 3)
+        rope_angles(&self.inv_freq, &spans, cos, sin); // (n, head_dim/2) each
         if let Some(inv_freq) = &self.inv_freq_local {
-            rope_angles(inv_freq, pos0, n, cos_local, sin_local);
+            rope_angles(inv_freq, &spans, cos_local, sin_local);
         }
 
         for (l, w) in self.layers.iter().enumerate() {
-            let layer_cache = &mut cache.layers[l];
             let window = c.layer_window(l);
             let (cos, sin) = match (&self.inv_freq_local, window) {
                 (Some(_), Some(_)) => (&*cos_local, &*sin_local),
@@ -116,10 +174,25 @@ impl Weights {
             // q, k, v for these positions: one matmul when Q, K and V are fused
             act.set(kernels, xn, dim, dim);
             matmul_stacked(compute, &w.wqkv, act, qkv);
-            // biases, QK-norm, RoPE; K and V into the cache
-            qkv_to_cache(kernels, c, w, qkv, head, cos, sin, layer_cache, pos0);
-            // attention over the cache (the layer's window, if any)
-            attention(compute, c, layer_cache, qkv, att, pos0, window);
+            // biases, QK-norm, RoPE; K and V into each sequence's cache
+            let half = head_dim / 2;
+            for (s, span) in sequences.iter_mut().zip(&spans) {
+                let rows = span.row..span.row + span.n;
+                qkv_to_cache(
+                    kernels,
+                    c,
+                    w,
+                    &mut qkv[rows.start * qkv_dim..rows.end * qkv_dim],
+                    head,
+                    &cos[rows.start * half..rows.end * half],
+                    &sin[rows.start * half..rows.end * half],
+                    &mut s.cache.layers[l],
+                    span.pos0,
+                );
+            }
+            // attention over each sequence's cache (the layer's window, if any)
+            let caches: Vec<&LayerCache> = sequences.iter().map(|s| &s.cache.layers[l]).collect();
+            attention(compute, c, &caches, &spans, qkv, att, window);
             // output projection, post-attention RMSNorm (Gemma), residual
             act.set(kernels, att, q_dim, q_dim);
             matmul(compute, &w.wo, act, proj, dim, 0);
@@ -145,35 +218,60 @@ impl Weights {
             let out = post_norm(kernels, w.post_ffw_norm.as_deref(), c, proj, xn);
             add_into(x, out);
         }
-        cache.len = pos0 + n;
+        for (s, span) in sequences.iter_mut().zip(&spans) {
+            s.cache.len = span.pos0 + span.n;
+        }
 
-        // final RMSNorm and logits for the positions asked for
-        let rows = match want {
-            LogitsFor::None => return Ok(&[]),
-            LogitsFor::Last => (n - 1)..n,
-            LogitsFor::All => 0..n,
-        };
-        let x = &x[rows.start * dim..rows.end * dim];
-        let xn = &mut xn[..x.len()];
+        // final RMSNorm and logits for the positions asked for, gathered into `proj`
+        let mut picked = 0;
+        for (s, span) in sequences.iter().zip(&spans) {
+            if span.n == 0 {
+                continue;
+            }
+            let rows = match s.want {
+                LogitsFor::None => continue,
+                LogitsFor::Last => span.row + span.n - 1..span.row + span.n,
+                LogitsFor::All => span.row..span.row + span.n,
+            };
+            let from = &x[rows.start * dim..rows.end * dim];
+            proj[picked * dim..picked * dim + from.len()].copy_from_slice(from);
+            picked += rows.len();
+        }
+        if picked == 0 {
+            return Ok(&[]);
+        }
+        let (x, xn) = (&proj[..picked * dim], &mut xn[..picked * dim]);
         rmsnorm_rows(kernels, x, &self.output_norm, c.rms_eps, xn);
         act.set(kernels, xn, dim, dim);
-        logits.resize(rows.len() * c.vocab_size, 0.0); // (positions, vocab_size)
+        logits.resize(picked * c.vocab_size, 0.0); // (positions, vocab_size)
         let output = self.output_matrix();
         matmul(compute, output, act, logits, c.vocab_size, 0);
         Ok(logits)
     }
 }
 
-/// cos and sin of every RoPE angle for positions pos0 .. pos0 + n, each (n, head_dim / 2).
-fn rope_angles(inv_freq: &[f32], pos0: usize, n: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+/// Where a sequence sits in a batch: its first row and token count, and the position of its
+/// first token.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    row: usize,
+    n: usize,
+    pos0: usize,
+}
+
+/// cos and sin of every RoPE angle for each token of the batch at its own position, each
+/// (n, head_dim / 2).
+fn rope_angles(inv_freq: &[f32], spans: &[Span], cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
     cos.clear();
     sin.clear();
-    for pos in pos0..pos0 + n {
-        for &f in inv_freq {
-            // The pure-Rust libm gives the same bits on every target.
-            let angle = pos as f32 * f;
-            cos.push(libm::cosf(angle));
-            sin.push(libm::sinf(angle));
+    for span in spans {
+        for pos in span.pos0..span.pos0 + span.n {
+            for &f in inv_freq {
+                // The pure-Rust libm gives the same bits on every target.
+                let angle = pos as f32 * f;
+                cos.push(libm::cosf(angle));
+                sin.push(libm::sinf(angle));
+            }
         }
     }
 }
@@ -254,28 +352,30 @@ fn qkv_to_cache(
     }
 }
 
-/// Attention over the cache, into `att` (n, q_dim): token t sees positions 0 ..= pos0 + t (with
-/// the layer's sliding window W, only the last W of them: a query whose window starts past 0 is one
-/// kernel call over the cache from its first position, exactly as when it is decoded alone);
-/// query head h reads KV head h / group. A work item is some query heads of one KV head for a
-/// tile of tokens; one kernel call takes them all, so each block of the KV head is read and
-/// converted once and reused from L1 by every (token, head) pair.
+/// Attention over each sequence's cache, into `att` (n, q_dim): a token at position p sees
+/// its own sequence's positions 0 ..= p (with the layer's sliding window W, only the last W of
+/// them: a query whose window starts past 0 is one kernel call over the cache from its first
+/// position, exactly as when it is decoded alone); query head h reads KV head h / group. A work
+/// item is some query heads of one KV head for a tile of tokens; one kernel call takes the
+/// tile's tokens of one sequence, so each block of the KV head is read and converted once and
+/// reused from L1 by every (token, head) pair.
 fn attention(
     compute: Compute<'_>,
     c: &ModelConfig,
-    layer_cache: &LayerCache,
+    caches: &[&LayerCache],
+    spans: &[Span],
     qkv: &[f32],
     att: &mut [f32],
-    pos0: usize,
     window: Option<usize>,
 ) {
     let (head_dim, q_dim, kv_dim) = (c.head_dim, c.q_dim(), c.kv_dim());
     let qkv_dim = q_dim + 2 * kv_dim;
-    let n = qkv.len() / qkv_dim;
     let group = c.n_heads / c.n_kv_heads;
     let scale = c.attention_scale();
-    let (keys, values) = (layer_cache.k.view(), layer_cache.v.view());
-    let heads_per_item = attention_heads_per_item(c.n_heads, group, n, compute.parallel.threads());
+    let longest = spans.iter().map(|s| s.n).max().unwrap_or(0);
+    let heads_per_item =
+        attention_heads_per_item(c.n_heads, group, longest, compute.parallel.threads());
+    let tile_tokens = compute.tuning.attention_tokens.min(longest.max(1));
     for_each_tile(
         compute.parallel,
         att,
@@ -283,52 +383,69 @@ fn attention(
         0,
         q_dim,
         heads_per_item * head_dim,
-        compute.tuning.attention_tokens,
+        tile_tokens,
         &|first, t0, outs| {
-            // (tokens, heads * head_dim) query rows of this item; token t0 + j sees
-            // pos0 + t0 + 1 + j positions.
             let width = outs.first().map_or(0, |o| o.len());
-            let row = |j: usize| {
-                let at = (t0 + j) * qkv_dim + first;
-                &qkv[at..at + width]
-            };
-            let mut qs: [&[f32]; MAX_TOKENS_PER_CALL] = [&[]; MAX_TOKENS_PER_CALL];
-            for (j, q) in qs.iter_mut().enumerate().take(outs.len()) {
-                *q = row(j);
-            }
             let offset = (first / head_dim / group) * head_dim;
-            // The first position the query at p sees.
-            let window_start = |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
-            let last = pos0 + t0 + outs.len().saturating_sub(1);
-            if window_start(last) == 0 {
+            // The tile's rows, one run per sequence they belong to.
+            let mut j = 0;
+            while j < outs.len() {
+                let t = t0 + j;
+                let s = spans.partition_point(|s| s.row + s.n <= t);
+                let span = spans[s];
+                let run = (span.row + span.n - t).min(outs.len() - j);
+                let outs = &mut outs[j..j + run];
+                let mut qs: [&[f32]; MAX_TOKENS_PER_CALL] = [&[]; MAX_TOKENS_PER_CALL];
+                for (i, q) in qs.iter_mut().enumerate().take(run) {
+                    let at = (t + i) * qkv_dim + first;
+                    *q = &qkv[at..at + width];
+                }
+                // Token t + i is at position pos + i of its sequence.
+                let pos = span.pos0 + (t - span.row);
                 let kv_head = KvHead {
-                    keys,
-                    values,
-                    positions: pos0 + t0 + 1,
+                    keys: caches[s].k.view(),
+                    values: caches[s].v.view(),
+                    positions: pos + 1,
                     kv_dim,
                     offset,
                     head_dim,
                     scale,
                 };
-                (compute.kernels.attention)(&qs[..outs.len()], &kv_head, outs);
-                return;
-            }
-            for (j, out) in outs.iter_mut().enumerate() {
-                let p = pos0 + t0 + j;
-                let lo = window_start(p);
-                let kv_head = KvHead {
-                    keys: keys.from_position(lo, kv_dim),
-                    values: values.from_position(lo, kv_dim),
-                    positions: p + 1 - lo,
-                    kv_dim,
-                    offset,
-                    head_dim,
-                    scale,
-                };
-                (compute.kernels.attention)(&qs[j..j + 1], &kv_head, std::slice::from_mut(out));
+                attend(compute, &kv_head, &qs[..run], outs, window);
+                j += run;
             }
         },
     );
+}
+
+/// Queries `qs` of one sequence, the first seeing `kv_head.positions` positions and each next
+/// one more, attend over its cache: in one kernel call when no window cuts their view, else
+/// one call per query from its window's first position.
+fn attend(
+    compute: Compute<'_>,
+    kv_head: &KvHead<'_>,
+    qs: &[&[f32]],
+    outs: &mut [&mut [f32]],
+    window: Option<usize>,
+) {
+    // The first position the query at p sees.
+    let window_start = |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let first = kv_head.positions - 1;
+    if window_start(first + outs.len().saturating_sub(1)) == 0 {
+        (compute.kernels.attention)(qs, kv_head, outs);
+        return;
+    }
+    for (j, out) in outs.iter_mut().enumerate() {
+        let p = first + j;
+        let lo = window_start(p);
+        let windowed = KvHead {
+            keys: kv_head.keys.from_position(lo, kv_head.kv_dim),
+            values: kv_head.values.from_position(lo, kv_head.kv_dim),
+            positions: p + 1 - lo,
+            ..*kv_head
+        };
+        (compute.kernels.attention)(&qs[j..j + 1], &windowed, std::slice::from_mut(out));
+    }
 }
 
 /// The first `n` elements of a reused buffer, grown if needed (allocates only while growing).

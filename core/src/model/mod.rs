@@ -13,7 +13,7 @@ mod tuning;
 mod weights;
 
 pub use cache::{CacheData, KvCache, LayerCache};
-pub use forward::{Compute, LogitsFor, Scratch};
+pub use forward::{Compute, LogitsFor, Scratch, Sequence};
 pub use tuning::{Tuning, TUNE_ROWS};
 pub use weights::{
     interleaved_to_half_split, rope_inv_freq, LayerWeights, Stacked, WeightDtype, Weights,

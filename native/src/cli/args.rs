@@ -202,6 +202,12 @@ pub struct GenerateArgs {
     pub repeat_penalty: f32,
     #[arg(long, default_value_t = defaults().sampler.repeat_last_n)]
     pub repeat_last_n: usize,
+    /// Subtract this from the logit of every token in the last --repeat-last-n (0: none).
+    #[arg(long, default_value_t = defaults().sampler.presence_penalty, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtract this per occurrence in the last --repeat-last-n tokens (0: none).
+    #[arg(long, default_value_t = defaults().sampler.frequency_penalty, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
     /// Random seed [default: from the clock].
     #[arg(long)]
     pub seed: Option<u64>,
@@ -274,6 +280,8 @@ impl GenerateArgs {
                 min_p: self.min_p,
                 repeat_penalty: self.repeat_penalty,
                 repeat_last_n: self.repeat_last_n,
+                presence_penalty: self.presence_penalty,
+                frequency_penalty: self.frequency_penalty,
                 seed,
             },
             max_tokens: self.max_tokens,
