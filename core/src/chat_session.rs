@@ -9,7 +9,7 @@ use crate::chat::ChatMessage;
 use crate::engine::Engine;
 use crate::generate::{prefill, GenerateOptions, Generator, StopReason};
 use crate::sampler::Sampler;
-use crate::session::{DraftSync, Session};
+use crate::session::{draft_ends_safely, DraftSync, Session};
 use crate::speculative::SpeculativeStats;
 use crate::{Error, Result};
 
@@ -241,29 +241,55 @@ pub fn sync_chat_draft(
     history: &[ChatMessage],
     draft: &str,
 ) -> Result<DraftSync> {
-    let mut conversation = history.to_vec();
-    conversation.push(ChatMessage::new("user", DRAFT_SENTINEL));
     let engine = session.engine().clone();
-    let rendered = engine.render_chat(&conversation, true)?;
-    let Some(at) = rendered.rfind(DRAFT_SENTINEL) else {
-        // The template rewrites user text: nothing safe to prefill.
+    let Some(anchor) = draft_anchor(&engine, history)? else {
         return Ok(DraftSync {
             reused: 0,
             prefilled: 0,
         });
     };
-    let anchor = engine.tokenizer().encode(&rendered[..at])?;
-    if anchor.len() >= engine.config().context_length {
-        // The next turn drops old turns anyway; nothing worth prefilling now.
-        return Ok(DraftSync {
-            reused: 0,
-            prefilled: 0,
-        });
-    }
     let kept = session.sync_tokens(&anchor)?;
     let draft = session.sync_draft(anchor.len(), draft)?;
     Ok(DraftSync {
         reused: kept.min(anchor.len()) + draft.reused,
         prefilled: (anchor.len() - kept) + draft.prefilled,
     })
+}
+
+/// The tokens [`sync_chat_draft`] leaves in a session, for a caller that prefills them its own
+/// way (a server, in its batch): `history` up to the next user message's text, then `draft`
+/// as [`Session::sync_draft`] encodes it. None when nothing is safe to prefill.
+pub fn chat_draft_tokens(
+    engine: &Engine,
+    history: &[ChatMessage],
+    draft: &str,
+) -> Result<Option<Vec<u32>>> {
+    let Some(mut tokens) = draft_anchor(engine, history)? else {
+        return Ok(None);
+    };
+    let mut ids = engine.tokenizer().encode(draft)?;
+    if !draft_ends_safely(draft) {
+        ids.pop();
+    }
+    tokens.extend(ids);
+    tokens.truncate(engine.config().context_length);
+    Ok(Some(tokens))
+}
+
+/// `history` rendered up to where the next user message's text begins, as tokens; None when
+/// the template rewrites user text or the history alone fills the context.
+fn draft_anchor(engine: &Engine, history: &[ChatMessage]) -> Result<Option<Vec<u32>>> {
+    let mut conversation = history.to_vec();
+    conversation.push(ChatMessage::new("user", DRAFT_SENTINEL));
+    let rendered = engine.render_chat(&conversation, true)?;
+    let Some(at) = rendered.rfind(DRAFT_SENTINEL) else {
+        // The template rewrites user text: nothing safe to prefill.
+        return Ok(None);
+    };
+    let anchor = engine.tokenizer().encode(&rendered[..at])?;
+    if anchor.len() >= engine.config().context_length {
+        // The next turn drops old turns anyway; nothing worth prefilling now.
+        return Ok(None);
+    }
+    Ok(Some(anchor))
 }

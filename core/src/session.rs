@@ -82,6 +82,35 @@ impl Session {
         self.cache.bytes_used()
     }
 
+    /// Bytes the KV cache has allocated (used or reserved).
+    pub fn cache_bytes_held(&self) -> usize {
+        self.cache.bytes_held()
+    }
+
+    /// KV cache bytes per position of this model.
+    pub fn cache_bytes_per_position(&self) -> usize {
+        let c = self.engine.config();
+        let element = match self.engine.weights().dtype {
+            crate::model::WeightDtype::AsStored => 2,
+            crate::model::WeightDtype::F32 => 4,
+        };
+        c.n_layers * 2 * c.kv_dim() * element
+    }
+
+    /// Allocates the KV cache for `positions` positions now (never past the context).
+    pub fn reserve(&mut self, positions: usize) {
+        let c = self.engine.config();
+        let positions = positions.min(c.context_length);
+        self.cache.reserve(positions, c.kv_dim());
+    }
+
+    /// Frees the KV cache's memory past the positions in use (and the work buffers).
+    pub fn shrink_to_fit(&mut self) {
+        let kv_dim = self.engine.config().kv_dim();
+        self.cache.shrink_to_fit(kv_dim);
+        self.scratch = Scratch::default();
+    }
+
     /// Runs the model over `tokens` (one batched forward) and keeps the logits of the last.
     pub fn append(&mut self, tokens: &[u32]) -> Result<()> {
         self.run(tokens, LogitsFor::Last)
@@ -209,11 +238,7 @@ impl Session {
             )));
         }
         let mut ids = self.engine.tokenizer().encode(text)?;
-        let safe_end = text
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_whitespace() || c.is_ascii_punctuation());
-        if !safe_end {
+        if !draft_ends_safely(text) {
             ids.pop();
         }
         let room = self.remaining() + (self.tokens.len() - anchor);
@@ -294,6 +319,15 @@ pub fn append_batch<'s>(scratch: &'s mut Scratch, parts: &mut [Append<'_>]) -> R
     Ok(logits)
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+/// A draft ends at a safe boundary (whitespace or punctuation) when more typing cannot merge
+/// into its last token; otherwise the last token is held back.
+pub fn draft_ends_safely(text: &str) -> bool {
+    text.chars()
+        .last()
+        .is_some_and(|c| c.is_whitespace() || c.is_ascii_punctuation())
+}
+
+/// Length of the longest common prefix of two token sequences.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

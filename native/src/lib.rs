@@ -31,5 +31,6 @@ pub mod load;
 pub mod npy;
 pub mod pool;
 pub mod progress;
+pub mod serve;
 pub mod synthetic;
 pub mod verify;

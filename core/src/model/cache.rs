@@ -24,6 +24,35 @@ impl CacheData {
         }
     }
 
+    /// Makes room for `n` elements in all (the length is unchanged).
+    fn reserve_total(&mut self, n: usize) {
+        match self {
+            CacheData::F16(d) => d.reserve_exact(n.saturating_sub(d.len())),
+            CacheData::F32(d) => d.reserve_exact(n.saturating_sub(d.len())),
+        }
+    }
+
+    /// Frees what lies past the first `n` elements.
+    fn shrink_to(&mut self, n: usize) {
+        match self {
+            CacheData::F16(d) => {
+                d.truncate(n);
+                d.shrink_to_fit();
+            }
+            CacheData::F32(d) => {
+                d.truncate(n);
+                d.shrink_to_fit();
+            }
+        }
+    }
+
+    fn bytes_held(&self) -> usize {
+        match self {
+            CacheData::F16(d) => d.capacity() * 2,
+            CacheData::F32(d) => d.capacity() * 4,
+        }
+    }
+
     pub(super) fn resize(&mut self, n: usize) {
         match self {
             CacheData::F16(d) => d.resize(n, 0),
@@ -91,5 +120,30 @@ impl KvCache {
     /// Bytes held for positions in use.
     pub fn bytes_used(&self) -> usize {
         self.layers.iter().map(|l| l.k.bytes() + l.v.bytes()).sum()
+    }
+
+    /// Bytes allocated, used or not (what a memory budget counts).
+    pub fn bytes_held(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| l.k.bytes_held() + l.v.bytes_held())
+            .sum()
+    }
+
+    /// Allocates room for `positions` positions now, so growing up to them never reallocates
+    /// (a server reserves a request's whole need when it admits it).
+    pub fn reserve(&mut self, positions: usize, kv_dim: usize) {
+        for l in &mut self.layers {
+            l.k.reserve_total(positions * kv_dim);
+            l.v.reserve_total(positions * kv_dim);
+        }
+    }
+
+    /// Frees the memory past the positions in use.
+    pub fn shrink_to_fit(&mut self, kv_dim: usize) {
+        for l in &mut self.layers {
+            l.k.shrink_to(self.len * kv_dim);
+            l.v.shrink_to(self.len * kv_dim);
+        }
     }
 }

@@ -112,6 +112,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models,
+    /// /v1/compose, /health, /metrics) decoding all conversations together; the chat page at /.
+    Serve(ServeArgs),
     /// Print what a model file holds: architecture, shape, tensor types, tokenizer.
     Info {
         #[command(flatten)]
@@ -153,6 +156,36 @@ pub enum Command {
         #[arg(long)]
         tokenizer_from: Option<PathBuf>,
     },
+}
+
+#[derive(Args, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to listen on (127.0.0.1: this machine only).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port (0: any free port; the one chosen is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Conversations decoded together; more requests wait their turn.
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    /// KV cache bytes for running requests and cached prefixes together (K, M, G suffixes).
+    #[arg(long, default_value = "2G", value_parser = inferno_native::serve::parse_bytes)]
+    pub ctx_budget: usize,
+    /// Largest request body (K, M, G suffixes); larger ones get 413.
+    #[arg(long, default_value = "1M", value_parser = inferno_native::serve::parse_bytes)]
+    pub max_body: usize,
+    /// Seconds a request may run before it is cancelled.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Seconds a connection has to send a request's headers before it is closed.
+    #[arg(long, default_value_t = 10)]
+    pub header_timeout: u64,
+    /// The chat page's directory [default: this repository's www/, if there].
+    #[arg(long)]
+    pub www: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]

@@ -7,7 +7,7 @@ mod eval;
 mod generate;
 
 use anyhow::{Context, Result};
-use inferno_native::{bench, convert, load, synthetic};
+use inferno_native::{bench, convert, load, serve, synthetic};
 
 use args::{Cli, Command};
 
@@ -64,6 +64,24 @@ pub fn run(cli: Cli) -> Result<()> {
             min_top1,
             json,
         } => eval::verify(&model, &oracle, max_logit_error, min_top1, json),
+        Command::Serve(args) => {
+            let engine = args.model.engine()?;
+            let default_www = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../www");
+            serve::serve(
+                engine,
+                serve::ServeOptions {
+                    model_path: args.model.path(),
+                    host: args.host,
+                    port: args.port,
+                    parallel: args.parallel,
+                    ctx_budget: args.ctx_budget,
+                    max_body: args.max_body,
+                    timeout: std::time::Duration::from_secs(args.timeout),
+                    header_timeout: std::time::Duration::from_secs(args.header_timeout.max(1)),
+                    www: args.www.or(Some(default_www)),
+                },
+            )
+        }
         Command::Info { model } => convert::info(&model.path()),
         Command::Bench(args) => bench::bench(&args),
         Command::Convert {
