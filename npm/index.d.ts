@@ -259,7 +259,7 @@ export interface ServerEngine {
     create(request: CompletionRequest): Promise<Completion | AsyncIterable<Completion>>;
   };
   models: { list(): Promise<{ object: 'list'; data: Array<{ id: string; object: 'model' }> }> };
-  /** A server has no prefill-ahead: resolves at once with zeros. */
+  /** Prefills the conversation and draft in the server's prefix cache (POST /v1/compose). */
   compose(draft: string, messages?: ChatMessage[]): Promise<ComposeResult>;
   stats(): Promise<{ server: string; last: { usage: Usage | null } | null }>;
   unload(): Promise<void>;

@@ -235,7 +235,7 @@ $('input').addEventListener('keydown', (e) => {
 $('input').addEventListener('input', () => {
   clearTimeout(draftTimer);
   draftTimer = setTimeout(async () => {
-    if (!loaded || busy || mode !== 'tab' || !$('input').value.trim()) return;
+    if (!loaded || busy || !$('input').value.trim()) return;
     try {
       const d = await engine.compose($('input').value, conversation());
       if (!busy) $('stats').textContent = `draft: ${d.prefilled} tokens prefilled ahead (${d.reused} kept) in ${d.ms.toFixed(0)} ms`;

@@ -1,6 +1,7 @@
 // The same `chat.completions.create` shape as createEngine's, answered by an OpenAI-compatible
 // HTTP server (`inferno serve`: POST /v1/chat/completions, streamed as server-sent events
-// `data: {chunk}` ending in `data: [DONE]`; GET /v1/models). fetch + a small SSE reader.
+// `data: {chunk}` ending in `data: [DONE]`; GET /v1/models; POST /v1/compose). fetch + a small
+// SSE reader.
 
 async function failure(response) {
   let detail = '';
@@ -91,9 +92,17 @@ export function createServerEngine({ baseURL, model, apiKey, fetch: fetchImpl = 
         return response.json();
       },
     },
-    /// No prefill ahead on a server: resolves at once.
-    async compose() {
-      return { reused: 0, prefilled: 0, ms: 0 };
+    /// Prefill-while-typing on the server (POST /v1/compose): the conversation with `draft` as
+    /// the next user message goes into the server's prefix cache, so sending it prefills only
+    /// what changed. Only a warm-up: a lost compose costs time, never a different reply.
+    async compose(draft, messages = []) {
+      const started = performance.now();
+      const response = await post('/v1/compose', {
+        messages: messages.map((m) => ({ role: m.role, content: String(m.content ?? '') })),
+        draft: String(draft),
+      });
+      const { reused = 0, prefilled = 0 } = await response.json();
+      return { reused, prefilled, ms: performance.now() - started };
     },
     async stats() {
       return { server: base, last };
