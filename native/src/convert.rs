@@ -1,16 +1,15 @@
-//! `inferno info`, `inferno convert` (any model -> HF directory) and `inferno quantize`
-//! (any model -> GGUF with Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/F16 linear layers, llama.cpp's reference
-//! quantizers).
+//! `inferno info` and `inferno convert` (any model -> HF directory); the GGUF writing helpers
+//! `inferno quantize` ([`crate::quantize`]) shares.
 
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use inferno_core::engine::build_tokenizer;
-use inferno_core::formats::gguf::{GgufFile, GgufWriter, Value};
-use inferno_core::formats::{hf_dir, names, ModelSource, QkRowOrder, TokenizerSource};
+use inferno_core::formats::gguf::{GgufWriter, Value};
+use inferno_core::formats::{hf_dir, names, ModelSource, TokenizerSource};
 use inferno_core::model::{interleaved_to_half_split, WeightDtype, Weights};
-use inferno_core::quant::{dequantize_bytes, quantize_bytes, GgmlType, QK};
+use inferno_core::quant::{quantize_bytes, GgmlType};
 
 use crate::load::ModelFiles;
 
@@ -18,48 +17,6 @@ use crate::load::ModelFiles;
 pub enum HfDtype {
     F32,
     Bf16,
-}
-
-#[derive(ValueEnum, Clone, Copy, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum QuantType {
-    #[value(name = "q4_0")]
-    Q4_0,
-    #[value(name = "q4_1")]
-    Q4_1,
-    #[value(name = "q5_0")]
-    Q5_0,
-    #[value(name = "q5_1")]
-    Q5_1,
-    #[value(name = "q8_0")]
-    Q8_0,
-    #[value(name = "f16")]
-    F16,
-}
-
-impl QuantType {
-    fn ggml(self) -> GgmlType {
-        match self {
-            QuantType::Q4_0 => GgmlType::Q4_0,
-            QuantType::Q4_1 => GgmlType::Q4_1,
-            QuantType::Q5_0 => GgmlType::Q5_0,
-            QuantType::Q5_1 => GgmlType::Q5_1,
-            QuantType::Q8_0 => GgmlType::Q8_0,
-            QuantType::F16 => GgmlType::F16,
-        }
-    }
-
-    /// llama.cpp's `general.file_type` (LLAMA_FTYPE_MOSTLY_*).
-    fn file_type(self) -> u32 {
-        match self {
-            QuantType::Q4_0 => 2,
-            QuantType::Q4_1 => 3,
-            QuantType::Q5_0 => 8,
-            QuantType::Q5_1 => 9,
-            QuantType::Q8_0 => 7,
-            QuantType::F16 => 1,
-        }
-    }
 }
 
 pub fn info(path: &Path) -> Result<()> {
@@ -237,65 +194,6 @@ pub fn convert(input: &Path, output: &Path, dtype: HfDtype) -> Result<()> {
 }
 
 /// Writes a GGUF whose 2-D weights are in `ty`; norms and biases stay f32.
-pub fn quantize(input: &Path, output: &Path, ty: QuantType) -> Result<()> {
-    let files = ModelFiles::open(input)?;
-    let gguf_metadata = match &files {
-        ModelFiles::Gguf(map) => Some(GgufFile::parse(map)?.metadata),
-        ModelFiles::Hf { .. } => None,
-    };
-    files.with_source(|source| {
-        let mut w = GgufWriter::new();
-        match gguf_metadata {
-            Some(meta) => {
-                for (k, v) in meta {
-                    w.add_metadata(k, v)?;
-                }
-            }
-            None => {
-                for (k, v) in source.config.to_gguf_metadata() {
-                    w.add_metadata(k, v)?;
-                }
-                add_tokenizer_metadata(&mut w, source)?;
-            }
-        }
-        w.add_metadata("general.file_type", Value::U32(ty.file_type()))?;
-        w.add_metadata("general.quantization_version", Value::U32(2))?;
-        // GGUF llama files keep llama.cpp's interleaved Q/K rows; an HF source is in half-split order.
-        let to_interleaved = source.qk_row_order == QkRowOrder::HalfSplit
-            && matches!(source.config.architecture.as_str(), "llama" | "mistral");
-        let c = &source.config;
-        for t in &source.tensors {
-            let mut values = dequantize_bytes(t.ty, t.data);
-            if to_interleaved && t.shape.len() == 2 {
-                let heads = if t.name.ends_with("attn_q.weight") {
-                    Some(c.n_heads)
-                } else if t.name.ends_with("attn_k.weight") {
-                    Some(c.n_kv_heads)
-                } else {
-                    None
-                };
-                if let Some(heads) = heads {
-                    values = half_split_to_interleaved(&values, heads, c.head_dim, t.shape[1]);
-                }
-            }
-            let out_ty = output_type(&t.name, &t.shape, ty);
-            w.add_tensor(
-                t.name.clone(),
-                out_ty,
-                &t.shape,
-                quantize_bytes(out_ty, &values)?,
-            )?;
-        }
-        write_gguf_atomically(&w, output)?;
-        eprintln!(
-            "wrote {} ({} tensors)",
-            output.display(),
-            source.tensors.len()
-        );
-        Ok(())
-    })
-}
-
 /// Writes a GGUF next to `output` and renames it into place, so a failed or interrupted write
 /// never leaves a half file under the name (nor clobbers the input when they are the same path).
 pub fn write_gguf_atomically(w: &GgufWriter, output: &Path) -> Result<()> {
@@ -321,24 +219,8 @@ pub fn write_gguf_atomically(w: &GgufWriter, output: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The type a tensor is written in: norms and biases stay f32; the embedding (which is also the
-/// output projection when tied) and the output projection stay at 8 bits under a 4- or 5-bit target,
-/// as llama-quantize keeps them above the linear layers' precision.
-fn output_type(name: &str, shape: &[usize], target: QuantType) -> GgmlType {
-    if shape.len() != 2 || shape[1] % QK != 0 {
-        return GgmlType::F32;
-    }
-    let embedding = name == "token_embd.weight" || name == "output.weight";
-    match target {
-        QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0 | QuantType::Q5_1 if embedding => {
-            GgmlType::Q8_0
-        }
-        _ => target.ggml(),
-    }
-}
-
 /// Rows of a half-split (HF) Q/K matrix reordered into llama.cpp's interleaved order.
-fn half_split_to_interleaved(
+pub(crate) fn half_split_to_interleaved(
     values: &[f32],
     n_heads: usize,
     head_dim: usize,
@@ -355,7 +237,10 @@ fn half_split_to_interleaved(
 }
 
 /// `tokenizer.ggml.*` metadata from an HF tokenizer.json (byte-level BPE only).
-fn add_tokenizer_metadata(w: &mut GgufWriter<'_>, source: &ModelSource<'_>) -> Result<()> {
+pub(crate) fn add_tokenizer_metadata(
+    w: &mut GgufWriter<'_>,
+    source: &ModelSource<'_>,
+) -> Result<()> {
     let TokenizerSource::Json(json) = &source.tokenizer else {
         bail!("expected a tokenizer.json");
     };

@@ -31,6 +31,7 @@ pub mod load;
 pub mod npy;
 pub mod pool;
 pub mod progress;
+pub mod quantize;
 pub mod serve;
 pub mod synthetic;
 pub mod verify;

@@ -74,7 +74,7 @@ pub enum MatrixType {
     Q5_1,
     #[value(name = "q8_0")]
     Q8_0,
-    /// Random super-blocks (no K-quant quantizer yet).
+    /// Random super-blocks (every field drawn at random, not quantized weights).
     #[value(name = "q4_k")]
     Q4_K,
     #[value(name = "q6_k")]

@@ -243,9 +243,9 @@ fn bad_flags_are_clean_errors() {
 }
 
 #[test]
-fn quantize_q4_0_q4_1_q5_0_q5_1_q8_0_write_loadable_ggufs_that_answer() {
+fn quantize_q4_0_q4_1_q5_0_q5_1_q8_0_q4_k_m_q6_k_write_loadable_ggufs_that_answer() {
     let dir = temp_dir("quantize");
-    for ty in ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"] {
+    for ty in ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k_m", "q6_k"] {
         let out = dir.join(format!("model-{ty}.gguf"));
         let o = inferno(
             &[
@@ -254,24 +254,53 @@ fn quantize_q4_0_q4_1_q5_0_q5_1_q8_0_write_loadable_ggufs_that_answer() {
                 out.to_str().unwrap(),
                 "--type",
                 ty,
+                "--allow-requantize",
             ],
             None,
         );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let info = inferno(&["info", "--model", out.to_str().unwrap()], None);
-        assert!(
-            stdout(&info).contains(&ty.to_uppercase()),
-            "{}",
-            stdout(&info)
-        );
+        let info = stdout(&inferno(&["info", "--model", out.to_str().unwrap()], None));
+        let default_type = ty.trim_end_matches("_m").to_uppercase();
+        assert!(info.contains(&default_type), "{info}");
+        if ty == "q4_k_m" {
+            // llama-quantize's mix on SmolLM2 (rows of 576 fall back to Q5_0; attn_v and
+            // ffn_down of the "more bits" layers and the tied embedding get more).
+            for line in [
+                "Q4_K     16 tensors",
+                "Q5_0    166 tensors",
+                "Q6_K     14 tensors",
+                "Q8_0     15 tensors",
+            ] {
+                assert!(info.contains(line), "{line} not in\n{info}");
+            }
+        }
         let o = run_greedy_raw(Some(&out), 2, "The capital of France is");
-        // 8 and 5 bits keep the answer, and Q4_1 re-quantized to Q4_1 is the same file's
+        // 8, 6 and 5 bits keep the answer, and Q4_1 re-quantized to Q4_1 is the same file's
         // weights; Q4_0 re-quantized from Q4_1 loses enough (perplexity on the first two
         // GPL-3 windows rises from 21.0 to 25.8) that the greedy text changes.
         if ty != "q4_0" {
             assert_eq!(stdout(&o), " Paris.\n", "{ty}");
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn quantize_of_quantized_tensors_without_allow_requantize_names_the_flag() {
+    let dir = temp_dir("requantize");
+    let out = dir.join("model.gguf");
+    let o = inferno(
+        &[
+            "quantize",
+            model_path().to_str().unwrap(),
+            out.to_str().unwrap(),
+            "--type",
+            "q4_k_m",
+        ],
+        None,
+    );
+    assert_clean_error(&o, "--allow-requantize");
+    assert!(!out.exists() && !dir.join("model.gguf.partial").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -635,6 +635,11 @@ impl<'a> GgufWriter<'a> {
         Ok(())
     }
 
+    /// Drops a metadata key, if present (`add_metadata` after it puts the key last).
+    pub fn remove_metadata(&mut self, key: &str) {
+        self.metadata.retain(|(k, _)| k != key);
+    }
+
     /// Adds a tensor with its shape outermost-first (`[rows, cols]`) and its raw bytes.
     pub fn add_tensor(
         &mut self,

@@ -11,7 +11,7 @@ use inferno_core::generate::GenerateOptions;
 use inferno_core::model::WeightDtype;
 use inferno_core::sampler::SamplerConfig;
 use inferno_core::speculative::SpeculativeOptions;
-use inferno_native::{bench, convert, load, pool, synthetic};
+use inferno_native::{bench, convert, load, pool, quantize, synthetic};
 
 #[derive(Parser)]
 #[command(
@@ -131,14 +131,18 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = convert::HfDtype::F32)]
         dtype: convert::HfDtype,
     },
-    /// Write a GGUF with the linear layers in another type (llama.cpp's reference quantizers).
+    /// Write a GGUF in one of llama-quantize's file types (llama.cpp's reference quantizers and
+    /// its per-tensor choices: the _S/_M/_L mixes give some tensors more bits).
     Quantize {
         /// Input model (GGUF file or HF directory).
         input: PathBuf,
         /// Output GGUF file.
         output: PathBuf,
-        #[arg(long = "type", value_enum, default_value_t = convert::QuantType::Q4_0)]
-        ty: convert::QuantType,
+        #[arg(long = "type", value_enum, default_value_t = quantize::QuantType::Q4_K_M)]
+        ty: quantize::QuantType,
+        /// Re-quantize tensors that are already quantized (each round loses precision).
+        #[arg(long)]
+        allow_requantize: bool,
     },
     /// Write a random-weight Llama GGUF of a given shape (for benches and tests), with the
     /// tokenizer of a real GGUF.

@@ -7,7 +7,7 @@ mod eval;
 mod generate;
 
 use anyhow::{Context, Result};
-use inferno_native::{bench, convert, load, serve, synthetic};
+use inferno_native::{bench, convert, load, quantize, serve, synthetic};
 
 use args::{Cli, Command};
 
@@ -89,7 +89,12 @@ pub fn run(cli: Cli) -> Result<()> {
             output,
             dtype,
         } => convert::convert(&input, &output, dtype),
-        Command::Quantize { input, output, ty } => convert::quantize(&input, &output, ty),
+        Command::Quantize {
+            input,
+            output,
+            ty,
+            allow_requantize,
+        } => quantize::quantize(&input, &output, ty, allow_requantize),
         Command::Synthetic {
             output,
             shape,
