@@ -8,7 +8,7 @@ use crate::config::ModelConfig;
 use crate::formats::gguf::GgufFile;
 use crate::formats::{ModelSource, SpecialTokens, TokenizerSource};
 use crate::kernels::Kernels;
-use crate::model::{Compute, Tuning, WeightDtype, Weights};
+use crate::model::{Compute, Profile, Tuning, WeightDtype, Weights};
 use crate::parallel::{Parallel, Serial};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -51,6 +51,8 @@ struct Inner {
     parallel: Arc<dyn Parallel>,
     /// How work is cut for threads (never changes a result).
     tuning: Arc<Tuning>,
+    /// Where the forward's time goes, on an engine made by `with_profile`.
+    profile: Option<Arc<Profile>>,
 }
 
 impl Engine {
@@ -94,6 +96,7 @@ impl Engine {
                 kernels,
                 parallel,
                 tuning: Arc::new(tuning),
+                profile: None,
             }),
         })
     }
@@ -140,7 +143,27 @@ impl Engine {
             kernels: self.inner.kernels,
             parallel: &*self.inner.parallel,
             tuning: &self.inner.tuning,
+            profile: self.inner.profile.as_deref(),
         }
+    }
+
+    /// The same engine timing each part of every forward into a fresh [`Profile`] (for
+    /// `inferno bench --profile`; the results are the same bits).
+    pub fn with_profile(&self) -> Engine {
+        let mut engine = self.rebuilt(
+            self.inner.kernels,
+            self.inner.parallel.clone(),
+            (*self.inner.tuning).clone(),
+        );
+        if let Some(inner) = Arc::get_mut(&mut engine.inner) {
+            inner.profile = Some(Arc::new(Profile::default()));
+        }
+        engine
+    }
+
+    /// The profile of an engine made by [`Engine::with_profile`].
+    pub fn profile(&self) -> Option<&Profile> {
+        self.inner.profile.as_deref()
     }
 
     /// The same model with other kernels or another executor (cheap: the weights are shared),
@@ -173,6 +196,7 @@ impl Engine {
                 kernels,
                 parallel,
                 tuning: Arc::new(tuning),
+                profile: None,
             }),
         }
     }

@@ -8,6 +8,12 @@ pub trait Parallel: Send + Sync {
     fn threads(&self) -> usize;
     /// Calls `f(i)` once for every i in 0..n and returns when all calls have returned.
     fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync));
+    /// Nanoseconds the calling thread has spent, since the executor started, waiting for other
+    /// threads to finish their chunks after running out of its own (the barrier at the end of
+    /// each `run`); 0 where nobody waits or nobody measures.
+    fn waited_ns(&self) -> u64 {
+        0
+    }
 }
 
 /// Runs every chunk on the calling thread, in order.

@@ -86,6 +86,8 @@ struct Shared {
     /// The first panic of the current job, re-raised on the caller.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     sleepers: AtomicUsize,
+    /// Nanoseconds callers waited at the end of jobs (`Parallel::waited_ns`).
+    waited_ns: AtomicU64,
     sleep_lock: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicBool,
@@ -139,6 +141,10 @@ impl Parallel for ThreadPool {
         self.n_workers + 1
     }
 
+    fn waited_ns(&self) -> u64 {
+        self.shared.waited_ns.load(Relaxed)
+    }
+
     fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
         if n <= 1 || self.n_workers == 0 || IN_POOL.get() || n >= CLOSED as usize {
             (0..n).for_each(f);
@@ -179,6 +185,8 @@ impl Parallel for ThreadPool {
         IN_POOL.set(false);
 
         // Workers that never got to this job are not waited for: their claims fail.
+        #[cfg(not(target_arch = "wasm32"))]
+        let waiting = (s.done.0.load(Acquire) < n).then(std::time::Instant::now);
         let mut spins = 0u32;
         while s.done.0.load(Acquire) < n {
             // With more threads than cores, a worker holding a chunk may be waiting for our core.
@@ -188,6 +196,11 @@ impl Parallel for ThreadPool {
             } else {
                 std::thread::yield_now();
             }
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(since) = waiting {
+            s.waited_ns
+                .fetch_add(since.elapsed().as_nanos() as u64, Relaxed);
         }
         s.job.store(std::ptr::null_mut(), Relaxed);
         let panic = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::formats::gguf::GgufFile;
 use inferno_core::formats::hf_dir::{self, HfFiles};
-use inferno_core::formats::ModelSource;
+use inferno_core::formats::{ModelSource, Release};
 use memmap2::Mmap;
 
 /// The file `make run` and the tests fetch (scripts/fetch-model.sh).
@@ -95,7 +95,10 @@ impl ModelFiles {
         match self {
             ModelFiles::Gguf(map) => {
                 let file = GgufFile::parse(map)?;
-                f(&ModelSource::from_gguf(&file)?)
+                let release = |bytes: &[u8]| drop_pages(std::slice::from_ref(map), bytes);
+                let mut source = ModelSource::from_gguf(&file)?;
+                source.release = Release(Some(&release));
+                f(&source)
             }
             ModelFiles::Hf {
                 config_json,
@@ -111,10 +114,44 @@ impl ModelFiles {
                     tokenizer_config_json: tokenizer_config_json.clone(),
                     chat_template: chat_template.clone(),
                 };
-                f(&ModelSource::from_hf(&files)?)
+                let release = |bytes: &[u8]| drop_pages(shards, bytes);
+                let mut source = ModelSource::from_hf(&files)?;
+                source.release = Release(Some(&release));
+                f(&source)
             }
         }
     }
+}
+
+/// Gives back to the OS the whole pages of `bytes` (a tensor already copied into the weights)
+/// in whichever of `maps` holds it, so the file's pages and the weights are not resident
+/// together during a load. Best effort: an error only means the pages stay until the map goes.
+fn drop_pages(maps: &[Mmap], bytes: &[u8]) {
+    #[cfg(unix)]
+    {
+        const PAGE: usize = 4096;
+        let at = bytes.as_ptr() as usize;
+        let Some(map) = maps
+            .iter()
+            .find(|m| (m.as_ptr() as usize..m.as_ptr() as usize + m.len()).contains(&at))
+        else {
+            return;
+        };
+        let offset = at - map.as_ptr() as usize;
+        // Whole pages inside the tensor only: its neighbours may not be loaded yet.
+        let start = offset.next_multiple_of(PAGE);
+        let end = (offset + bytes.len()) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the map is private and read-only, so MADV_DONTNEED only drops clean
+            // file pages; a later read of them (none is made: the weights own their copy)
+            // would fault them in again from the file, unchanged.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+            };
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (maps, bytes);
 }
 
 /// Opens and loads a model, with a progress bar on a terminal.

@@ -311,3 +311,37 @@ fn bench_speculative_json_rows_for_three_workloads_and_four_batch_sizes() {
     let ks: Vec<u64> = lines.iter().filter_map(|l| l["k"].as_u64()).collect();
     assert_eq!(ks, [1, 2, 4, 8]);
 }
+
+#[test]
+fn bench_profile_json_rows_per_context_with_every_part_within_the_total() {
+    let o = inferno(&[
+        "bench",
+        "--profile",
+        "--json",
+        "--threads",
+        "2",
+        "--prompt-lengths",
+        "8,40",
+        "--trials",
+        "1",
+        "--decode-tokens",
+        "4",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let contexts: Vec<u64> = lines.iter().filter_map(|l| l["context"].as_u64()).collect();
+    assert_eq!(contexts, [8, 40]);
+    for l in &lines {
+        let parts = l["parts"].as_array().unwrap();
+        let names: Vec<&str> = parts.iter().map(|p| p[0].as_str().unwrap()).collect();
+        assert_eq!(names.len(), 11, "{l}");
+        assert_eq!(names[0], "matmul q,k,v");
+        assert!(names.contains(&"attention"), "{l}");
+        let sum: f64 = parts.iter().map(|p| p[1].as_f64().unwrap()).sum();
+        let total = l["total_ms"].as_f64().unwrap();
+        assert!(
+            sum > 0.0 && sum <= total * 1.0001,
+            "parts {sum} > total {total}: {l}"
+        );
+        assert!(l["barrier_wait_ms"].as_f64().unwrap() <= total, "{l}");
+    }
+}

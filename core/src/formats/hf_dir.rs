@@ -222,6 +222,7 @@ impl<'a> ModelSource<'a> {
                 eos_extra,
                 add_bos,
             },
+            release: super::Release::default(),
         })
     }
 }

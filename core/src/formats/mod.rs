@@ -52,6 +52,32 @@ pub struct ModelSource<'a> {
     pub chat_template: Option<String>,
     /// Special token ids (bos, eos, ...) resolved from metadata or tokenizer_config.json.
     pub special: SpecialTokens,
+    /// Told of each tensor's bytes once the weights hold their own copy, so a caller whose
+    /// bytes are a memory map can drop those pages while the rest loads (peak memory stays
+    /// near the weights' size instead of the file's plus the weights').
+    pub release: Release<'a>,
+}
+
+/// A tensor's bytes are no longer needed (see [`ModelSource::release`]).
+#[derive(Clone, Copy, Default)]
+pub struct Release<'a>(pub Option<&'a dyn Fn(&[u8])>);
+
+impl Release<'_> {
+    pub fn tell(&self, bytes: &[u8]) {
+        if let Some(f) = self.0 {
+            f(bytes);
+        }
+    }
+}
+
+impl std::fmt::Debug for Release<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Release(hook)"
+        } else {
+            "Release(none)"
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -228,6 +254,7 @@ impl<'a> ModelSource<'a> {
             tokenizer: TokenizerSource::Gguf(tokenizer_metadata),
             chat_template,
             special,
+            release: Release::default(),
         })
     }
 }

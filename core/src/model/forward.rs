@@ -2,6 +2,7 @@
 //! its steps: matmul over threads, RMSNorm rows, attention over the cache; plus the reused work
 //! buffers ([`Scratch`]) and matmul inputs ([`Activations`]).
 
+use super::profile::{Clock, Part, Profile};
 use super::{KvCache, LayerCache, LayerWeights, Stacked, Tuning, Weights};
 use crate::config::{Activation, ModelConfig};
 use crate::kernels::tiles::{for_each_tile, MAX_TOKENS_PER_CALL};
@@ -28,6 +29,8 @@ pub struct Compute<'a> {
     pub kernels: &'a Kernels,
     pub parallel: &'a dyn Parallel,
     pub tuning: &'a Tuning,
+    /// Where the time goes, when profiling (`inferno bench --profile`).
+    pub profile: Option<&'a Profile>,
 }
 
 /// One sequence's part of a forward pass: its cache, the tokens that follow what the cache
@@ -147,6 +150,7 @@ impl Weights {
         let proj = sized(proj, n * dim); // (n, dim), a projection back to the stream
         let ffn = sized(ffn, n * 2 * hidden_dim); // (n, 2*hidden_dim): gate, up of each token
         let head = sized(head, head_dim); // (head_dim), one head before its QK-norm
+        let mut clock = Clock::start(compute.profile);
 
         // token embeddings, scaled (Gemma: by sqrt(dim))
         let tokens = sequences.iter().flat_map(|s| s.tokens.iter());
@@ -169,11 +173,15 @@ impl Weights {
                 (Some(_), Some(_)) => (&*cos_local, &*sin_local),
                 _ => (&*cos, &*sin),
             };
+            clock.lap(Part::Other);
             // attention RMSNorm
             rmsnorm_rows(kernels, x, &w.attn_norm, c.rms_eps, xn);
+            clock.lap(Part::Norms);
             // q, k, v for these positions: one matmul when Q, K and V are fused
             act.set(kernels, xn, dim, dim);
+            clock.lap(Part::Quantize);
             matmul_stacked(compute, &w.wqkv, act, qkv);
+            clock.lap(Part::MatmulQkv);
             // biases, QK-norm, RoPE; K and V into each sequence's cache
             let half = head_dim / 2;
             for (s, span) in sequences.iter_mut().zip(&spans) {
@@ -190,20 +198,27 @@ impl Weights {
                     span.pos0,
                 );
             }
+            clock.lap(Part::RopeCache);
             // attention over each sequence's cache (the layer's window, if any)
             let caches: Vec<&LayerCache> = sequences.iter().map(|s| &s.cache.layers[l]).collect();
             attention(compute, c, &caches, &spans, qkv, att, window);
+            clock.lap(Part::Attention);
             // output projection, post-attention RMSNorm (Gemma), residual
             act.set(kernels, att, q_dim, q_dim);
+            clock.lap(Part::Quantize);
             matmul(compute, &w.wo, act, proj, dim, 0);
+            clock.lap(Part::MatmulWo);
             let out = post_norm(kernels, w.post_attention_norm.as_deref(), c, proj, xn);
             add_into(x, out);
 
             // FFN RMSNorm
             rmsnorm_rows(kernels, x, &w.ffn_norm, c.rms_eps, xn);
+            clock.lap(Part::Norms);
             // SwiGLU or GeGLU: gate and up in one matmul when fused
             act.set(kernels, xn, dim, dim);
+            clock.lap(Part::Quantize);
             matmul_stacked(compute, &w.w_gate_up, act, ffn);
+            clock.lap(Part::MatmulGateUp);
             let gate_mul = match c.extras.activation {
                 Activation::Silu => kernels.silu_mul,
                 Activation::GeluTanh => kernels.gelu_tanh_mul,
@@ -212,9 +227,12 @@ impl Weights {
                 let (gate, up) = row.split_at_mut(hidden_dim);
                 gate_mul(gate, up);
             }
+            clock.lap(Part::GateActivation);
             // down projection, post-FFN RMSNorm (Gemma), residual
             act.set(kernels, ffn, 2 * hidden_dim, hidden_dim);
+            clock.lap(Part::Quantize);
             matmul(compute, &w.w_down, act, proj, dim, 0);
+            clock.lap(Part::MatmulDown);
             let out = post_norm(kernels, w.post_ffw_norm.as_deref(), c, proj, xn);
             add_into(x, out);
         }
@@ -238,14 +256,18 @@ impl Weights {
             picked += rows.len();
         }
         if picked == 0 {
+            clock.lap(Part::Other);
             return Ok(&[]);
         }
         let (x, xn) = (&proj[..picked * dim], &mut xn[..picked * dim]);
         rmsnorm_rows(kernels, x, &self.output_norm, c.rms_eps, xn);
+        clock.lap(Part::Other);
         act.set(kernels, xn, dim, dim);
+        clock.lap(Part::Quantize);
         logits.resize(picked * c.vocab_size, 0.0); // (positions, vocab_size)
         let output = self.output_matrix();
         matmul(compute, output, act, logits, c.vocab_size, 0);
+        clock.lap(Part::MatmulOutput);
         Ok(logits)
     }
 }

@@ -101,6 +101,7 @@ impl Tuning {
                         kernels,
                         parallel,
                         tuning: &cut,
+                        profile: None,
                     };
                     let mut time = f64::INFINITY;
                     for _ in 0..3 {

@@ -135,6 +135,7 @@ impl Weights {
             let t = tensor(source, name)?;
             check_shape(t, &[rows, cols])?;
             let m = Matrix::from_bytes(name, t.ty, rows, cols, t.data)?;
+            source.release.tell(t.data);
             if m.wants_q8() && cols % QK != 0 {
                 return Err(Error::ShapeMismatch {
                     name: name.into(),
@@ -252,8 +253,18 @@ impl Weights {
 
     /// Bytes of weights read per decoded token (every matrix once, plus one embedding row).
     pub fn bytes_per_token(&self) -> usize {
-        let per_layer: usize = self
-            .layers
+        self.layer_bytes() + self.output_matrix().byte_size()
+    }
+
+    /// Bytes the weights hold in memory (every matrix once, the embedding included).
+    pub fn byte_size(&self) -> usize {
+        let output = self.output.as_ref().map_or(0, Matrix::byte_size);
+        self.layer_bytes() + self.token_embd.byte_size() + output
+    }
+
+    /// Bytes of every layer's matrices.
+    fn layer_bytes(&self) -> usize {
+        self.layers
             .iter()
             .map(|l| {
                 l.wqkv.byte_size()
@@ -261,8 +272,7 @@ impl Weights {
                     + l.wo.byte_size()
                     + l.w_down.byte_size()
             })
-            .sum();
-        per_layer + self.output_matrix().byte_size()
+            .sum()
     }
 
     /// The output projection: `output`, or the token embedding when tied.

@@ -12,6 +12,7 @@ use inferno_core::parallel::Parallel;
 use inferno_core::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
 
+mod profile;
 mod speculative;
 
 use crate::synthetic::SplitMix64;
@@ -41,6 +42,11 @@ pub struct BenchArgs {
     /// forwards, instead of the prefill/decode table (--decode-tokens caps each reply).
     #[arg(long)]
     pub speculative: bool,
+    /// Where each decoded token's time goes (each matmul, attention, quantization, norms, ...,
+    /// and the wait at the pool's barriers), per thread count and prompt length, instead of the
+    /// prefill/decode table.
+    #[arg(long, conflicts_with = "speculative")]
+    pub profile: bool,
     /// Most tokens drafted per step, for --speculative.
     #[arg(long, default_value_t = inferno_core::speculative::SpeculativeOptions::default().draft_max)]
     pub draft_max: usize,
@@ -61,6 +67,19 @@ pub struct BenchRow {
     pub decode_gb_s: f64,
     /// This machine's read bandwidth with `threads` threads (the decode ceiling).
     pub bandwidth_gb_s: f64,
+    /// decode_gb_s as a share of bandwidth_gb_s.
+    pub bandwidth_pct: f64,
+    /// The process's peak resident memory once the model was loaded (before the 1 GiB
+    /// bandwidth probe), MB; 0 where unknown.
+    pub peak_rss_mb: f64,
+}
+
+/// The process's peak resident set (VmHWM) in bytes, where the OS reports it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 pub fn bench(args: &BenchArgs) -> Result<()> {
@@ -80,6 +99,11 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         bail!("--prompt-lengths must be at least 1");
     }
     let engine = load::load_engine(&path, EngineOptions::default())?;
+    let peak_rss_mb = peak_rss_bytes().unwrap_or(0) as f64 / 1e6;
+    eprintln!(
+        "peak resident memory after load: {peak_rss_mb:.1} MB (weights {:.1} MB)",
+        engine.weights().byte_size() as f64 / 1e6
+    );
     let context = engine.config().context_length;
     if let Some(&longest) = args.prompt_lengths.iter().max() {
         if longest + args.decode_tokens > context {
@@ -106,6 +130,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     if args.speculative {
         return speculative::bench(&engine, &model, &threads, args);
+    }
+    if args.profile {
+        return profile::bench(&engine, &model, &threads, args);
     }
     let prompts = Prompts::new(&engine, args)?;
 
@@ -141,6 +168,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 decode_tok_s,
                 decode_gb_s: bytes_per_token as f64 * decode_tok_s / 1e9,
                 bandwidth_gb_s,
+                bandwidth_pct: 100.0 * bytes_per_token as f64 * decode_tok_s
+                    / 1e9
+                    / bandwidth_gb_s.max(1e-9),
+                peak_rss_mb,
             };
             if args.json {
                 println!("{}", serde_json::to_string(&row)?);
@@ -194,11 +225,11 @@ fn rate(tokens: usize, seconds: f64) -> f64 {
 
 fn print_table(rows: &[BenchRow], to_stderr: bool) {
     let mut out = String::new();
-    out.push_str("| threads | prompt | prefill ms | prefill tok/s | decode tok/s | decode GB/s | bandwidth GB/s | % of bandwidth |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| threads | prompt | prefill ms | prefill tok/s | decode tok/s | decode GB/s | bandwidth GB/s | % of bandwidth | peak RSS after load MB |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.0}% |\n",
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.0}% | {:.0} |\n",
             r.threads,
             r.prompt_tokens,
             r.prefill_ms,
@@ -206,7 +237,8 @@ fn print_table(rows: &[BenchRow], to_stderr: bool) {
             r.decode_tok_s,
             r.decode_gb_s,
             r.bandwidth_gb_s,
-            100.0 * r.decode_gb_s / r.bandwidth_gb_s.max(1e-9),
+            r.bandwidth_pct,
+            r.peak_rss_mb,
         ));
     }
     if to_stderr {

@@ -1,0 +1,138 @@
+//! `inferno bench --profile`: where a decoded token's time goes, per (threads, context): the
+//! wall time of greedy decode steps split into each matmul, attention, activation
+//! quantization, norms, RoPE and the cache write, the gate activation and the rest (the
+//! forward's own clock, `inferno_core::model::Profile`), and, inside those, the time the calling
+//! thread waited at the pool's barriers for the other threads.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+use inferno_core::engine::Engine;
+use inferno_core::model::Part;
+use inferno_core::parallel::Parallel;
+use inferno_core::sampler::{Sampler, SamplerConfig};
+use serde::Serialize;
+
+use super::{BenchArgs, Prompts};
+use crate::pool;
+
+/// One line of `inferno bench --profile --json`: milliseconds per decoded token.
+#[derive(Serialize, Debug, Clone)]
+pub struct ProfileRow {
+    pub model: String,
+    pub threads: usize,
+    pub kernels: String,
+    pub context: usize,
+    pub decode_tokens: usize,
+    pub total_ms: f64,
+    /// (part, ms per token), in the forward's order.
+    pub parts: Vec<(String, f64)>,
+    /// Of the total, the caller's wait for other threads at the end of parallel calls.
+    pub barrier_wait_ms: f64,
+    /// Outside the forward: sampling and the loop.
+    pub outside_forward_ms: f64,
+}
+
+pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) -> Result<()> {
+    let prompts = Prompts::new(engine, args)?;
+    let mut rows = Vec::new();
+    for &t in threads {
+        let pool = Arc::new(pool::start(t)?);
+        let engine = engine
+            .with_kernels(engine.kernels(), pool.clone())
+            .with_profile();
+        let profile = engine.profile().expect("a profiling engine");
+        for (p, &context) in args.prompt_lengths.iter().enumerate() {
+            let mut parts = [0u64; Part::ALL.len()];
+            let (mut total, mut waited) = (0f64, 0u64);
+            for trial in 0..=args.trials {
+                let mut session = engine.new_session();
+                session.append(prompts.get(p, trial))?;
+                let mut sampler = Sampler::new(SamplerConfig::greedy());
+                profile.reset();
+                let waited_before = pool.waited_ns();
+                let t0 = Instant::now();
+                for _ in 0..args.decode_tokens {
+                    let token = sampler.sample(session.logits()?, &[]);
+                    session.append(&[token])?;
+                }
+                // Trial 0 is the warm-up.
+                if trial > 0 {
+                    total += t0.elapsed().as_secs_f64();
+                    waited += pool.waited_ns() - waited_before;
+                    for (sum, ns) in parts.iter_mut().zip(profile.snapshot()) {
+                        *sum += ns;
+                    }
+                }
+            }
+            let tokens = (args.decode_tokens * args.trials).max(1) as f64;
+            let ms = |ns: u64| ns as f64 / 1e6 / tokens;
+            let in_forward: u64 = parts.iter().sum();
+            let total_ms = total * 1e3 / tokens;
+            let row = ProfileRow {
+                model: model.to_string(),
+                threads: t,
+                kernels: engine.kernels().name.to_string(),
+                context,
+                decode_tokens: args.decode_tokens,
+                total_ms,
+                parts: Part::ALL
+                    .iter()
+                    .zip(parts)
+                    .map(|(part, ns)| (part.name().to_string(), ms(ns)))
+                    .collect(),
+                barrier_wait_ms: ms(waited),
+                outside_forward_ms: (total_ms - ms(in_forward)).max(0.0),
+            };
+            if args.json {
+                println!("{}", serde_json::to_string(&row)?);
+            }
+            rows.push(row);
+        }
+    }
+    print_table(&rows, args.json);
+    Ok(())
+}
+
+fn print_table(rows: &[ProfileRow], to_stderr: bool) {
+    let mut out = String::from("| ms per decoded token |");
+    for r in rows {
+        out.push_str(&format!(" {}t, ctx {} |", r.threads, r.context));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(rows.len()));
+    out.push('\n');
+    let mut line = |name: &str, value: &dyn Fn(&ProfileRow) -> f64| {
+        out.push_str(&format!("| {name} |"));
+        for r in rows {
+            let v = value(r);
+            out.push_str(&format!(
+                " {v:.3} ({:.0}%) |",
+                100.0 * v / r.total_ms.max(1e-12)
+            ));
+        }
+        out.push('\n');
+    };
+    line("**total**", &|r| r.total_ms);
+    let matmuls = |r: &ProfileRow| -> f64 {
+        r.parts
+            .iter()
+            .filter(|(n, _)| n.starts_with("matmul"))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    line("all matmuls", &matmuls);
+    for (i, part) in Part::ALL.iter().enumerate() {
+        line(part.name(), &|r| r.parts[i].1);
+    }
+    line("sampling and the loop", &|r| r.outside_forward_ms);
+    line("(of the above: waiting at barriers)", &|r| {
+        r.barrier_wait_ms
+    });
+    if to_stderr {
+        eprint!("{out}");
+    } else {
+        print!("{out}");
+    }
+}
