@@ -126,6 +126,38 @@ def run_lines(cmd, what):
     return rows
 
 
+def llama_bench_row(args, binary, threads, length):
+    """llama.cpp's own llama-bench (the `tools` build: the host's instruction sets, AMX off) on
+    the same (threads, prompt length): prefill `-p length`, decode `-n decode_tokens` at depth
+    `length`; the median of its repetitions (it warms up first)."""
+    def run(extra):
+        cmd = [binary, "-m", args.model, "-t", str(threads), "-r", str(args.trials), "-o", "jsonl"] + extra
+        print(f"running llama-bench: {' '.join(map(str, cmd))}", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            print(f"llama-bench failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+            return None
+        rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        return statistics.median(rows[-1]["samples_ts"]) if rows else None
+    prefill = run(["-p", str(length), "-n", "0"])
+    decode = run(["-p", "0", "-n", str(args.decode_tokens), "-d", str(length)])
+    if prefill is None or decode is None:
+        return []
+    row = {
+        "model": Path(args.model).name,
+        "threads": threads,
+        "kernels": "llama.cpp-bench",
+        "prompt_tokens": length,
+        "prefill_ms": length / prefill * 1e3,
+        "prefill_tok_s": prefill,
+        "decode_tokens": args.decode_tokens,
+        "decode_tok_s": decode,
+    }
+    print(f"  llama.cpp-bench threads {threads} prompt {length}: prefill {prefill:.1f} tok/s, "
+          f"decode {decode:.1f} tok/s", file=sys.stderr)
+    return [row]
+
+
 def flags(args, threads, length):
     return [
         "--threads", str(threads),
@@ -142,7 +174,9 @@ def main():
     parser.add_argument("--prompt-lengths", type=parse_list, default=[50, 500, 1500])
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--decode-tokens", type=int, default=64)
-    parser.add_argument("--builds", default="avx2,native", help="peer builds to time (those built)")
+    parser.add_argument("--builds", default="avx2,native,llama-bench",
+                        help="peers to time (those built): the llama-cpp-python builds avx2 and native, "
+                             "and llama-bench from scripts/peer-llamacpp.sh tools")
     parser.add_argument("--inferno", type=Path, default=REPO / "target/release/inferno")
     parser.add_argument("--no-inferno", action="store_true", help="time the peers only")
     parser.add_argument("--json", action="store_true", help="also print every row as JSON")
@@ -159,7 +193,15 @@ def main():
     if not args.no_inferno and not args.inferno.is_file():
         parser.error(f"{args.inferno} not found: cargo build --release -p inferno-native")
     peers = []
+    llama_bench = None
     for build in [b for b in args.builds.split(",") if b]:
+        if build == "llama-bench":
+            binary = CACHE / "peers/tools/bin/llama-bench"
+            if binary.is_file():
+                llama_bench = binary
+            else:
+                print(f"llama-bench not built ({binary}): run scripts/peer-llamacpp.sh tools", file=sys.stderr)
+            continue
         python = CACHE / "peers" / build / "venv/bin/python"
         if python.is_file():
             peers.append((build, python))
@@ -176,9 +218,13 @@ def main():
             for build, python in peers:
                 cmd = [python, __file__, "--peer", build, "--model", args.model]
                 rows += run_lines(cmd + flags(args, threads, length), f"llama.cpp {build}")
+            if llama_bench:
+                rows += llama_bench_row(args, llama_bench, threads, length)
     if args.json:
         for row in rows:
             print(json.dumps(row))
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print(f"CPU: {cpu}; model {Path(args.model).name}; median of {args.trials} trials")
     print_table(rows)
 
 
