@@ -47,6 +47,10 @@ pub struct BenchArgs {
     /// prefill/decode table.
     #[arg(long, conflicts_with = "speculative")]
     pub profile: bool,
+    /// Sequences decoded together for --profile (comma-separated; one forward per step over
+    /// one token of each, as `inferno serve` batches conversations).
+    #[arg(long, value_delimiter = ',', default_values_t = [1], requires = "profile")]
+    pub batch: Vec<usize>,
     /// Most tokens drafted per step, for --speculative.
     #[arg(long, default_value_t = inferno_core::speculative::SpeculativeOptions::default().draft_max)]
     pub draft_max: usize,
@@ -97,6 +101,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     if args.prompt_lengths.contains(&0) {
         bail!("--prompt-lengths must be at least 1");
+    }
+    if args.batch.iter().any(|&b| b == 0 || b > 256) {
+        bail!("--batch must be between 1 and 256");
     }
     let engine = load::load_engine(&path, EngineOptions::default())?;
     let peak_rss_mb = peak_rss_bytes().unwrap_or(0) as f64 / 1e6;

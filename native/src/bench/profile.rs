@@ -2,14 +2,17 @@
 //! wall time of greedy decode steps split into each matmul, attention, activation
 //! quantization, norms, RoPE and the cache write, the gate activation and the rest (the
 //! forward's own clock, `inferno_core::model::Profile`), and, inside those, the time the calling
-//! thread waited at the pool's barriers for the other threads.
+//! thread waited at the pool's barriers for the other threads. With `--batch B`, B sequences
+//! decode together (one forward per step over one token of each, as `inferno serve` runs
+//! them): the split is per step, and the aggregate tokens/s is what batching buys.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
 use inferno_core::engine::Engine;
-use inferno_core::model::Part;
+use inferno_core::model::{LogitsFor, Part, Scratch};
+use inferno_core::session::{append_batch, Append};
 use inferno_core::parallel::Parallel;
 use inferno_core::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
@@ -24,8 +27,13 @@ pub struct ProfileRow {
     pub threads: usize,
     pub kernels: String,
     pub context: usize,
+    /// Sequences decoded together.
+    pub batch: usize,
     pub decode_tokens: usize,
+    /// Per step (one token of each sequence).
     pub total_ms: f64,
+    /// Tokens per second over all the sequences.
+    pub aggregate_tok_s: f64,
     /// (part, ms per token), in the forward's order.
     pub parts: Vec<(String, f64)>,
     /// Of the total, the caller's wait for other threads at the end of parallel calls.
@@ -44,51 +52,73 @@ pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) 
             .with_profile();
         let profile = engine.profile().expect("a profiling engine");
         for (p, &context) in args.prompt_lengths.iter().enumerate() {
-            let mut parts = [0u64; Part::ALL.len()];
-            let (mut total, mut waited) = (0f64, 0u64);
-            for trial in 0..=args.trials {
-                let mut session = engine.new_session();
-                session.append(prompts.get(p, trial))?;
-                let mut sampler = Sampler::new(SamplerConfig::greedy());
-                profile.reset();
-                let waited_before = pool.waited_ns();
-                let t0 = Instant::now();
-                for _ in 0..args.decode_tokens {
-                    let token = sampler.sample(session.logits()?, &[]);
-                    session.append(&[token])?;
-                }
-                // Trial 0 is the warm-up.
-                if trial > 0 {
-                    total += t0.elapsed().as_secs_f64();
-                    waited += pool.waited_ns() - waited_before;
-                    for (sum, ns) in parts.iter_mut().zip(profile.snapshot()) {
-                        *sum += ns;
+            for &batch in &args.batch {
+                let mut parts = [0u64; Part::ALL.len()];
+                let (mut total, mut waited) = (0f64, 0u64);
+                let mut scratch = Scratch::default();
+                for trial in 0..=args.trials {
+                    // Each sequence its own prompt (the trials' prompts, in turn).
+                    let mut sessions = Vec::with_capacity(batch);
+                    for b in 0..batch {
+                        let mut session = engine.new_session();
+                        session.append(prompts.get(p, (trial + b) % (args.trials + 1)))?;
+                        sessions.push(session);
+                    }
+                    let mut sampler = Sampler::new(SamplerConfig::greedy());
+                    profile.reset();
+                    let waited_before = pool.waited_ns();
+                    let t0 = Instant::now();
+                    for _ in 0..args.decode_tokens {
+                        let next: Vec<[u32; 1]> = sessions
+                            .iter_mut()
+                            .map(|s| s.logits().map(|l| [sampler.sample(l, &[])]))
+                            .collect::<inferno_core::Result<_>>()?;
+                        let mut parts: Vec<Append> = sessions
+                            .iter_mut()
+                            .zip(&next)
+                            .map(|(session, token)| Append {
+                                session,
+                                tokens: token,
+                                want: LogitsFor::Last,
+                            })
+                            .collect();
+                        append_batch(&mut scratch, &mut parts)?;
+                    }
+                    // Trial 0 is the warm-up.
+                    if trial > 0 {
+                        total += t0.elapsed().as_secs_f64();
+                        waited += pool.waited_ns() - waited_before;
+                        for (sum, ns) in parts.iter_mut().zip(profile.snapshot()) {
+                            *sum += ns;
+                        }
                     }
                 }
+                let steps = (args.decode_tokens * args.trials).max(1) as f64;
+                let ms = |ns: u64| ns as f64 / 1e6 / steps;
+                let in_forward: u64 = parts.iter().sum();
+                let total_ms = total * 1e3 / steps;
+                let row = ProfileRow {
+                    model: model.to_string(),
+                    threads: t,
+                    kernels: engine.kernels().name.to_string(),
+                    context,
+                    batch,
+                    decode_tokens: args.decode_tokens,
+                    total_ms,
+                    aggregate_tok_s: batch as f64 * 1e3 / total_ms.max(1e-12),
+                    parts: Part::ALL
+                        .iter()
+                        .zip(parts)
+                        .map(|(part, ns)| (part.name().to_string(), ms(ns)))
+                        .collect(),
+                    barrier_wait_ms: ms(waited),
+                    outside_forward_ms: (total_ms - ms(in_forward)).max(0.0),
+                };
+                if args.json {
+                    println!("{}", serde_json::to_string(&row)?);
+                }
+                rows.push(row);
             }
-            let tokens = (args.decode_tokens * args.trials).max(1) as f64;
-            let ms = |ns: u64| ns as f64 / 1e6 / tokens;
-            let in_forward: u64 = parts.iter().sum();
-            let total_ms = total * 1e3 / tokens;
-            let row = ProfileRow {
-                model: model.to_string(),
-                threads: t,
-                kernels: engine.kernels().name.to_string(),
-                context,
-                decode_tokens: args.decode_tokens,
-                total_ms,
-                parts: Part::ALL
-                    .iter()
-                    .zip(parts)
-                    .map(|(part, ns)| (part.name().to_string(), ms(ns)))
-                    .collect(),
-                barrier_wait_ms: ms(waited),
-                outside_forward_ms: (total_ms - ms(in_forward)).max(0.0),
-            };
-            if args.json {
-                println!("{}", serde_json::to_string(&row)?);
-            }
-            rows.push(row);
         }
     }
     print_table(&rows, args.json);
@@ -96,9 +126,10 @@ pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) 
 }
 
 fn print_table(rows: &[ProfileRow], to_stderr: bool) {
-    let mut out = String::from("| ms per decoded token |");
+    let mut out = String::from("| ms per decode step |");
     for r in rows {
-        out.push_str(&format!(" {}t, ctx {} |", r.threads, r.context));
+        let batch = if r.batch > 1 { format!(", batch {}", r.batch) } else { String::new() };
+        out.push_str(&format!(" {}t, ctx {}{batch} |", r.threads, r.context));
     }
     out.push_str("\n|---|");
     out.push_str(&"---|".repeat(rows.len()));
