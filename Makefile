@@ -79,10 +79,11 @@ npm: wasm
 serve: wasm model
 	node scripts/serve.mjs --port $${PORT:-8080} --model "$(MODEL)"
 
-# Every wasm build's logits == native reference bitwise (Node), the chat page in Chromium, and
-# the npm package packed and installed (types, Node, Chromium, Firefox).
+# Every wasm build's logits == native reference bitwise (Node), the chat page in Chromium (in
+# the tab, and against `inferno serve`), and the npm package packed and installed (types, Node,
+# Chromium, Firefox).
 test-wasm: wasm model build
-	WASM_VARIANTS="$(WASM_VARIANTS)" INFERNO_WASM_TESTS=1 INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release -p inferno-tests --test wasm_browser -- --test-threads=1 --nocapture
+	WASM_VARIANTS="$(WASM_VARIANTS)" INFERNO_WASM_TESTS=1 INFERNO_BIN=$(CURDIR)/target/release/inferno $(CARGO) test --release -p inferno-tests --test wasm_browser --test serve -- --test-threads=1 --nocapture
 
 # Browser vs native vs wllama tokens/s (not part of make test).
 bench-wasm: wasm model build

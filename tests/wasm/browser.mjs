@@ -8,7 +8,7 @@
 // build with the same reply. Run by tests/tests/wasm_browser.rs:
 //   node tests/wasm/browser.mjs spec.json   (spec: { model, message, max_tokens, expected, screenshot })
 import { readFileSync } from 'node:fs';
-import { launchChromium } from './chromium.mjs';
+import { countReplyUpdates, launchChromium } from './chromium.mjs';
 import { startServer, ISOLATED } from '../../scripts/serve.mjs';
 
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
@@ -38,13 +38,7 @@ async function chat(message, maxTokens) {
     .catch(() => {});
   const draftStats = await page.textContent('#stats');
   // Count the updates of the reply before it is done: more than one means it streamed.
-  await page.evaluate(() => {
-    window.__updates = 0;
-    new MutationObserver(() => {
-      const last = [...document.querySelectorAll('.msg.assistant')].pop();
-      if (last && !last.dataset.done && last.textContent) window.__updates++;
-    }).observe(document.getElementById('chat'), { subtree: true, childList: true, characterData: true });
-  });
+  await countReplyUpdates(page);
   const t0 = Date.now();
   await page.keyboard.press('Enter');
   const reply = page.locator('.msg.assistant').nth(n);

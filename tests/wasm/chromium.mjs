@@ -22,3 +22,15 @@ export async function launchChromium(options = {}) {
   };
   return { context, page, close };
 }
+
+/// Counts, in `window.__updates`, the changes of the chat page's last assistant message before it
+/// is marked done: more than one means the reply streamed.
+export async function countReplyUpdates(page) {
+  await page.evaluate(() => {
+    window.__updates = 0;
+    new MutationObserver(() => {
+      const last = [...document.querySelectorAll('.msg.assistant')].pop();
+      if (last && !last.dataset.done && last.textContent) window.__updates++;
+    }).observe(document.getElementById('chat'), { subtree: true, childList: true, characterData: true });
+  });
+}

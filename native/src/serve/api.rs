@@ -310,7 +310,15 @@ pub fn parse(
             .f32_in("temperature", 0.0..=2.0)?
             .unwrap_or(defaults.temperature),
         top_k,
-        top_p: f.f32_in("top_p", 0.0..=1.0)?.unwrap_or(defaults.top_p),
+        top_p: match f.f32_in("top_p", 0.0..=1.0)? {
+            Some(p) if p <= 0.0 => {
+                return Err(ApiError::bad_param(
+                    "top_p",
+                    "`top_p` must be above 0 and at most 1",
+                ))
+            }
+            p => p.unwrap_or(defaults.top_p),
+        },
         min_p: f.f32_in("min_p", 0.0..=1.0)?.unwrap_or(defaults.min_p),
         repeat_penalty: repeat_penalty.unwrap_or(defaults.repeat_penalty),
         repeat_last_n: defaults.repeat_last_n,

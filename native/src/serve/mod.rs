@@ -199,6 +199,8 @@ async fn http(state: Shared, options: &ServeOptions) -> Result<()> {
                 let connection = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(options.header_timeout)
+                    // Headers past 64 KiB get 431 instead of hyper's 400 KiB default buffer.
+                    .max_buf_size(64 * 1024)
                     .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {
