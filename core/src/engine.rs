@@ -27,6 +27,17 @@ fn tune(weights: &Weights, kernels: &'static Kernels, parallel: &dyn Parallel) -
     Tuning::default()
 }
 
+/// [`tune`], and for kernels the engine chose itself (not asked for by the caller or by
+/// INFERNO_KERNELS), the backend timed fastest for one-token forwards.
+fn tune_auto(weights: &Weights, kernels: &'static Kernels, parallel: &dyn Parallel) -> Tuning {
+    let mut tuning = tune(weights, kernels, parallel);
+    #[cfg(not(target_arch = "wasm32"))]
+    if std::env::var("INFERNO_AUTOTUNE").as_deref() != Ok("0") {
+        tuning.decode_kernels = Tuning::pick_decode_kernels(weights, kernels, parallel);
+    }
+    tuning
+}
+
 /// How to build an [`Engine`].
 #[derive(Clone, Default)]
 pub struct EngineOptions {
@@ -53,6 +64,9 @@ struct Inner {
     tuning: Arc<Tuning>,
     /// Where the forward's time goes, on an engine made by `with_profile`.
     profile: Option<Arc<Profile>>,
+    /// The engine chose its kernels itself (nobody asked for a backend), so the tuner may pick
+    /// another for one-token forwards.
+    auto_kernels: bool,
 }
 
 impl Engine {
@@ -81,12 +95,18 @@ impl Engine {
             None => ChatTemplate::chatml(),
         };
         let weights = Weights::load_with_progress(source, options.dtype, progress)?;
+        let chosen_here =
+            options.kernels.is_none() && std::env::var_os("INFERNO_KERNELS").is_none();
         let kernels = match options.kernels {
             Some(k) => k,
             None => Kernels::select()?,
         };
         let parallel = options.parallel.unwrap_or_else(|| Arc::new(Serial));
-        let tuning = tune(&weights, kernels, &*parallel);
+        let tuning = if chosen_here {
+            tune_auto(&weights, kernels, &*parallel)
+        } else {
+            tune(&weights, kernels, &*parallel)
+        };
         Ok(Engine {
             inner: Arc::new(Inner {
                 weights: Arc::new(weights),
@@ -97,6 +117,7 @@ impl Engine {
                 parallel,
                 tuning: Arc::new(tuning),
                 profile: None,
+                auto_kernels: chosen_here,
             }),
         })
     }
@@ -126,6 +147,15 @@ impl Engine {
 
     pub fn kernels(&self) -> &'static Kernels {
         self.inner.kernels
+    }
+
+    /// The backend one-token forwards (decode steps) run on: the load-time tuner's pick, or
+    /// [`Engine::kernels`].
+    pub fn decode_kernels(&self) -> &'static Kernels {
+        self.inner
+            .tuning
+            .decode_kernels
+            .unwrap_or(self.inner.kernels)
     }
 
     pub fn parallel(&self) -> &dyn Parallel {
@@ -168,9 +198,20 @@ impl Engine {
 
     /// The same model with other kernels or another executor (cheap: the weights are shared),
     /// tuned again for them.
+    /// Keeping the engine's own kernels (a new executor) keeps its per-phase choice, tuned
+    /// again for the new threads.
     pub fn with_kernels(&self, kernels: &'static Kernels, parallel: Arc<dyn Parallel>) -> Engine {
-        let tuning = tune(&self.inner.weights, kernels, &*parallel);
-        self.rebuilt(kernels, parallel, tuning)
+        let i = &self.inner;
+        let tuning = if i.auto_kernels && kernels == i.kernels {
+            tune_auto(&i.weights, kernels, &*parallel)
+        } else {
+            tune(&i.weights, kernels, &*parallel)
+        };
+        let mut engine = self.rebuilt(kernels, parallel, tuning);
+        if let Some(inner) = Arc::get_mut(&mut engine.inner) {
+            inner.auto_kernels = i.auto_kernels && kernels == i.kernels;
+        }
+        engine
     }
 
     /// The same engine with a given tuning (e.g. to check that every configuration gives the
@@ -197,6 +238,7 @@ impl Engine {
                 parallel,
                 tuning: Arc::new(tuning),
                 profile: None,
+                auto_kernels: false,
             }),
         }
     }

@@ -124,3 +124,51 @@ fn real_model_every_backend_threads_1_2_3_8_every_tuning_batched_12_tokens() {
         "SmolLM2-135M Q4_1",
     );
 }
+
+/// The per-phase choice (one backend for one-token forwards, another for batches) gives the
+/// reference's bits whichever pair runs, and a caller who names a backend gets only that one.
+#[test]
+fn synthetic_tiny_q4_1_decode_on_each_backend_batches_on_another_equal_reference() {
+    let bytes = synthetic_gguf(&SyntheticShape::tiny(), 3, GgmlType::Q4_1);
+    let reference_engine = Engine::from_gguf_bytes(
+        &bytes,
+        EngineOptions {
+            kernels: Some(&reference::KERNELS),
+            ..Default::default()
+        },
+    )
+    .expect("model loads");
+    let prompt = prompt(&reference_engine, 19);
+    let expected = logits(&reference_engine, &prompt, false);
+    assert_eq!(reference_engine.decode_kernels().name, "reference");
+    for batch in Kernels::available() {
+        for decode in Kernels::available() {
+            let engine = reference_engine.with_kernels(batch, Arc::new(Serial));
+            assert_eq!(
+                engine.decode_kernels().name,
+                batch.name,
+                "named kernels only"
+            );
+            let tuning = Tuning {
+                decode_kernels: Some(decode),
+                ..engine.tuning().clone()
+            };
+            let engine = engine.with_tuning(tuning);
+            assert_eq!(engine.decode_kernels().name, decode.name);
+            // The prompt's first token alone (one-token forward), then the rest as a batch,
+            // then token by token: every path mixes the two backends.
+            let mut session = engine.new_session();
+            let mut got = session.append_all_logits(&prompt[..1]).expect("forward");
+            got.extend(session.append_all_logits(&prompt[1..9]).expect("forward"));
+            for &t in &prompt[9..] {
+                got.extend(session.append_all_logits(&[t]).expect("forward"));
+            }
+            assert!(
+                got == expected,
+                "decode on {} with batches on {} differs from the reference",
+                decode.name,
+                batch.name
+            );
+        }
+    }
+}

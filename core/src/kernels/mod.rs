@@ -537,6 +537,15 @@ pub struct Kernels {
     pub attention: fn(&[&[f32]], &KvHead<'_>, &mut [&mut [f32]]),
 }
 
+/// Backends are told apart by name (one table per backend).
+impl PartialEq for Kernels {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Kernels {}
+
 impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Kernels({})", self.name)

@@ -86,7 +86,6 @@ impl Weights {
         sequences: &mut [Sequence<'_>],
     ) -> Result<&'s [f32]> {
         let c = &self.config;
-        let kernels = compute.kernels;
         let (dim, head_dim, q_dim, kv_dim, hidden_dim) =
             (c.dim, c.head_dim, c.q_dim(), c.kv_dim(), c.hidden_dim);
         for s in sequences.iter() {
@@ -121,6 +120,15 @@ impl Weights {
         if n == 0 {
             return Ok(&[]);
         }
+        // A one-token forward may run on the backend the tuner found fastest for decode.
+        let compute = match compute.tuning.decode_kernels {
+            Some(decode) if n == 1 => Compute {
+                kernels: decode,
+                ..compute
+            },
+            _ => compute,
+        };
+        let kernels = compute.kernels;
         for (s, span) in sequences.iter_mut().zip(&spans) {
             for layer in s.cache.layers.iter_mut() {
                 layer.k.resize((span.pos0 + span.n) * kv_dim);

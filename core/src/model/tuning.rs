@@ -1,13 +1,13 @@
 //! How work is cut for threads ([`Tuning`]): rows per matmul work item and tokens per attention
-//! work item, fixed or timed at load ([`Tuning::autotune`]). No choice changes a result (rule 7).
+//! work item, and the backend for one-token forwards, fixed or timed at load
+//! ([`Tuning::autotune`], [`Tuning::pick_decode_kernels`]). No choice changes a result (rules 7
+//! and 1: every backend gives the reference's bits).
 
 #[cfg(not(target_arch = "wasm32"))]
 use super::forward::{matmul, Activations, Compute};
 #[cfg(not(target_arch = "wasm32"))]
 use super::Weights;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::kernels::Kernels;
-use crate::kernels::Matrix;
+use crate::kernels::{Kernels, Matrix};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::parallel::Parallel;
 use crate::quant::GgmlType;
@@ -23,6 +23,10 @@ pub struct Tuning {
     pub default_rows: [usize; 2],
     /// Tokens per attention work item in a batch.
     pub attention_tokens: usize,
+    /// The backend for forwards of one token, when the load-time tuner timed another faster
+    /// there than the engine's (AVX-512 is double-pumped on AMD Zen 4: its AVX2 kernels decode
+    /// faster while AVX-512 prefills faster). None: the engine's kernels for everything.
+    pub decode_kernels: Option<&'static Kernels>,
 }
 
 impl Default for Tuning {
@@ -44,7 +48,61 @@ impl Tuning {
             matmul_rows: Vec::new(),
             default_rows: [decode_rows.max(1), batch_rows.max(1)],
             attention_tokens: attention_tokens.max(1),
+            decode_kernels: None,
         }
+    }
+
+    /// The backend that runs a one-token forward fastest on this machine, timed on layer 0's
+    /// largest matrix (a decode step is mostly such matmuls), if it is not `kernels`. Only
+    /// backends this host runs, the reference excepted.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn pick_decode_kernels(
+        weights: &Weights,
+        kernels: &'static Kernels,
+        parallel: &dyn Parallel,
+    ) -> Option<&'static Kernels> {
+        use std::time::Instant;
+        let candidates: Vec<&'static Kernels> = Kernels::available()
+            .into_iter()
+            .filter(|k| k.name != "reference")
+            .collect();
+        if candidates.len() < 2 {
+            return None;
+        }
+        let layer = weights.layers.first()?;
+        let w = layer
+            .wqkv
+            .matrices
+            .iter()
+            .chain(&layer.w_gate_up.matrices)
+            .chain([&layer.wo, &layer.w_down])
+            .max_by_key(|m| m.rows * m.cols)?;
+        let x: Vec<f32> = (0..w.cols)
+            .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
+            .collect();
+        let mut out = vec![0.0f32; w.rows];
+        let tuning = Tuning::default();
+        let mut act = Activations::default();
+        let mut best: Option<(f64, &'static Kernels)> = None;
+        for k in candidates {
+            act.set(k, &x, w.cols, w.cols);
+            let compute = Compute {
+                kernels: k,
+                parallel,
+                tuning: &tuning,
+                profile: None,
+            };
+            let mut time = f64::INFINITY;
+            for _ in 0..5 {
+                let t0 = Instant::now();
+                matmul(compute, w, &act, &mut out, w.rows, 0);
+                time = time.min(t0.elapsed().as_secs_f64());
+            }
+            if best.is_none_or(|(t, _)| time < t) {
+                best = Some((time, k));
+            }
+        }
+        best.map(|(_, k)| k).filter(|k| k.name != kernels.name)
     }
 
     /// Rows per work item for `w` with `n_tokens` tokens.

@@ -126,8 +126,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         .unwrap_or_else(|| path.display().to_string());
     let bytes_per_token = engine.weights().bytes_per_token();
     eprintln!(
-        "model {model} | kernels {} | weights read per token {:.1} MB | {} trials after a warm-up, median",
+        "model {model} | kernels {} (one-token forwards: {}) | weights read per token {:.1} MB | {} trials after a warm-up, median",
         engine.kernels().name,
+        engine.decode_kernels().name,
         bytes_per_token as f64 / 1e6,
         args.trials
     );

@@ -12,9 +12,9 @@ use std::time::Instant;
 use anyhow::Result;
 use inferno_core::engine::Engine;
 use inferno_core::model::{LogitsFor, Part, Scratch};
-use inferno_core::session::{append_batch, Append};
 use inferno_core::parallel::Parallel;
 use inferno_core::sampler::{Sampler, SamplerConfig};
+use inferno_core::session::{append_batch, Append};
 use serde::Serialize;
 
 use super::{BenchArgs, Prompts};
@@ -128,7 +128,11 @@ pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) 
 fn print_table(rows: &[ProfileRow], to_stderr: bool) {
     let mut out = String::from("| ms per decode step |");
     for r in rows {
-        let batch = if r.batch > 1 { format!(", batch {}", r.batch) } else { String::new() };
+        let batch = if r.batch > 1 {
+            format!(", batch {}", r.batch)
+        } else {
+            String::new()
+        };
         out.push_str(&format!(" {}t, ctx {}{batch} |", r.threads, r.context));
     }
     out.push_str("\n|---|");
