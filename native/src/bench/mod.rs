@@ -73,6 +73,8 @@ pub struct BenchRow {
     pub bandwidth_gb_s: f64,
     /// decode_gb_s as a share of bandwidth_gb_s.
     pub bandwidth_pct: f64,
+    /// The check on bandwidth_gb_s: a memcpy's read + write GB/s on the same threads.
+    pub copy_gb_s: f64,
     /// The process's peak resident memory once the model was loaded (before the 1 GiB
     /// bandwidth probe), MB; 0 where unknown.
     pub peak_rss_mb: f64,
@@ -149,7 +151,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         let pool = Arc::new(pool::start(t)?);
         let bandwidth_gb_s = read_bandwidth_gb_s(pool.as_ref())
             .context("cannot measure the memory read bandwidth")?;
-        eprintln!("threads {t}: memory read bandwidth {bandwidth_gb_s:.1} GB/s (1 GiB, best of 3)");
+        let copy_gb_s = copy_bandwidth_gb_s(pool.as_ref())
+            .context("cannot measure the memory copy bandwidth")?;
+        eprintln!(
+            "threads {t}: memory read bandwidth {bandwidth_gb_s:.1} GB/s (summing 1 GiB, best of 3); \
+             check: copying 512 MiB moves {copy_gb_s:.1} GB/s (read + write)"
+        );
         let engine = engine.with_kernels(engine.kernels(), pool);
         for (p, &prompt_tokens) in args.prompt_lengths.iter().enumerate() {
             let mut prefill = Vec::new();
@@ -179,6 +186,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 bandwidth_pct: 100.0 * bytes_per_token as f64 * decode_tok_s
                     / 1e9
                     / bandwidth_gb_s.max(1e-9),
+                copy_gb_s,
                 peak_rss_mb,
             };
             if args.json {
@@ -289,6 +297,38 @@ pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<f64> {
         std::hint::black_box(total.into_inner());
     }
     Ok(BYTES as f64 / best / 1e9)
+}
+
+/// A second measure of the same memory, to check the first: `copy_from_slice` (memcpy) of 512
+/// MiB between two buffers, split over the threads; bytes read plus bytes written per second,
+/// best of 3. A copy also writes, so it lands near or under the read figure, never far above
+/// it; a read figure far above this would be a broken probe.
+pub fn copy_bandwidth_gb_s(pool: &dyn Parallel) -> Result<f64> {
+    const BYTES: usize = 1 << 29;
+    let mut from: Vec<u64> = Vec::new();
+    let mut to: Vec<u64> = Vec::new();
+    from.try_reserve_exact(BYTES / 8)
+        .and_then(|_| to.try_reserve_exact(BYTES / 8))
+        .context("cannot allocate 2 x 512 MiB")?;
+    from.resize(BYTES / 8, 3);
+    to.resize(BYTES / 8, 0);
+    let parts = pool.threads() * 32;
+    let part_len = from.len().div_ceil(parts);
+    let chunks: Vec<std::sync::Mutex<&mut [u64]>> =
+        to.chunks_mut(part_len).map(std::sync::Mutex::new).collect();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        pool.run(chunks.len(), &|i| {
+            let source = from.chunks(part_len).nth(i).unwrap_or_default();
+            if let Ok(mut target) = chunks[i].lock() {
+                target.copy_from_slice(source);
+            }
+        });
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&chunks);
+    Ok(2.0 * BYTES as f64 / best / 1e9)
 }
 
 /// Prompts of exact token lengths built from generated prose: every (length, trial) pair starts

@@ -1230,21 +1230,6 @@ impl KWeightTile for TileQ6K {
     }
 }
 
-/// The sum of 16 signed bytes (an activation block's first half): the same integer as the
-/// scalar sum, in a few vector steps.
-#[inline(always)]
-unsafe fn sum_i8x16(p: *const i8) -> i32 {
-    // SAFETY: 16 readable bytes; avx2 (which has SSE4.1 and SSSE3) is enabled in the caller.
-    unsafe {
-        let v = _mm_loadu_si128(p.cast());
-        let pairs = _mm_maddubs_epi16(_mm_set1_epi8(1), v); // 8 sums of 2 bytes, in i16
-        let quads = _mm_madd_epi16(pairs, _mm_set1_epi16(1)); // 4 sums in i32
-        let two = _mm_add_epi32(quads, _mm_unpackhi_epi64(quads, quads));
-        let one = _mm_add_epi32(two, _mm_shuffle_epi32::<0b01>(two));
-        _mm_cvtsi128_si32(one)
-    }
-}
-
 /// One pass: the 8 rows of `tiles` (a row group's nbk super-blocks) by T tokens (`x[t]` is token
 /// t's first activation block). Lane r of result t is reference::dot_k_q8(row r, token t).
 #[inline(always)]
@@ -1252,16 +1237,21 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
     tiles: *const W,
     x: &[*const BlockQ8Act; T],
     nbk: usize,
+    prefetch: bool,
 ) -> [__m256; T] {
     // SAFETY: the caller guarantees nbk readable tiles and 8 * nbk blocks per token; features
     // are enabled in the caller.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nbk {
-            // As in `tile`: the tiles are one sequential stream; fetch well ahead.
-            let ahead = tiles.add(b).cast::<u8>().wrapping_add(PREFETCH_BYTES);
-            for line in (0..std::mem::size_of::<W>()).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+            // One pass per row group (decode): the tiles are one sequential stream from
+            // memory, so fetch well ahead. Several passes (a batch) re-read the group's tiles
+            // from cache, where fetching the next group's on every pass only costs.
+            if prefetch {
+                let ahead = tiles.add(b).cast::<u8>().wrapping_add(PREFETCH_BYTES);
+                for line in (0..std::mem::size_of::<W>()).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+                }
             }
             let t = &*tiles.add(b);
             let (d, neg_dmin) = t.factors();
@@ -1282,7 +1272,7 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
                             _mm256_set1_epi32(xq.add(4 + k).read_unaligned()),
                         );
                     }
-                    let sx0 = sum_i8x16(xb.qs.as_ptr());
+                    let sx0: i32 = xb.qs[..16].iter().map(|&q| q as i32).sum();
                     let sx1 = xb.sum - sx0;
                     if W::OFFSET != 0 {
                         isum0 = _mm256_sub_epi32(isum0, _mm256_set1_epi32(W::OFFSET * sx0));
@@ -1343,7 +1333,7 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
                     ($t:literal) => {{
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
-                        let acc = tile_k::<D, W, $t>(group, &xs, nbk);
+                        let acc = tile_k::<D, W, $t>(group, &xs, nbk, n_tokens <= 4);
                         for (lane, a) in lanes.iter_mut().zip(acc) {
                             _mm256_storeu_ps(lane.as_mut_ptr(), a);
                         }
