@@ -1,6 +1,6 @@
 //! `inferno serve`: an OpenAI-compatible HTTP server. HTTP (axum on a small tokio runtime)
 //! checks and tokenizes requests and streams their replies; one engine thread
-//! ([`scheduler`]) decodes every active request together, one batched forward per step, with
+//! (`scheduler.rs`) decodes every active request together, one batched forward per step, with
 //! prefix reuse and compose. The page (www/) is served at `/`, the npm package at `/inferno/`
 //! and the model at `/model.gguf`, so a browser pointed at the server is the chat app.
 //!
