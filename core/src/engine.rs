@@ -30,12 +30,14 @@ fn tune(weights: &Weights, kernels: &'static Kernels, parallel: &dyn Parallel) -
 /// [`tune`], and for kernels the engine chose itself (not asked for by the caller or by
 /// INFERNO_KERNELS), the backend timed fastest for one-token forwards.
 fn tune_auto(weights: &Weights, kernels: &'static Kernels, parallel: &dyn Parallel) -> Tuning {
-    let mut tuning = tune(weights, kernels, parallel);
     #[cfg(not(target_arch = "wasm32"))]
     if std::env::var("INFERNO_AUTOTUNE").as_deref() != Ok("0") {
-        tuning.decode_kernels = Tuning::pick_decode_kernels(weights, kernels, parallel);
+        return Tuning {
+            decode_kernels: Tuning::pick_decode_kernels(weights, kernels, parallel),
+            ..tune(weights, kernels, parallel)
+        };
     }
-    tuning
+    tune(weights, kernels, parallel)
 }
 
 /// How to build an [`Engine`].
