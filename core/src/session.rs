@@ -161,23 +161,35 @@ impl Session {
         );
         match result {
             Ok(logits) => {
-                self.tokens.extend_from_slice(tokens);
                 let vocab = e.config().vocab_size;
-                match want {
-                    LogitsFor::None => self.last_logits = None,
-                    _ => {
-                        let last = &logits[logits.len() - vocab..];
-                        let kept = self.last_logits.get_or_insert_with(Vec::new);
-                        kept.clear();
-                        kept.extend_from_slice(last);
-                    }
-                }
+                let last = (want != LogitsFor::None).then(|| &logits[logits.len() - vocab..]);
+                Self::absorb(&mut self.tokens, &mut self.last_logits, tokens, last);
                 Ok(())
             }
             Err(err) => {
                 // A failed forward may have written part of the cache: drop what is not ours.
                 self.cache.truncate(self.tokens.len());
                 Err(err)
+            }
+        }
+    }
+
+    /// Takes a finished forward's tokens and the logits after its last one (if it kept them).
+    /// Fields, not `&mut self`: the logits still borrow the scratch.
+    fn absorb(
+        session_tokens: &mut Vec<u32>,
+        kept: &mut Option<Vec<f32>>,
+        tokens: &[u32],
+        last_logits: Option<&[f32]>,
+    ) {
+        session_tokens.extend_from_slice(tokens);
+        match last_logits {
+            None => *kept = None,
+            Some(last) => {
+                // The buffer is reused from step to step: no allocation per decoded token.
+                let kept = kept.get_or_insert_with(Vec::new);
+                kept.clear();
+                kept.extend_from_slice(last);
             }
         }
     }
@@ -309,12 +321,10 @@ pub fn append_batch<'s>(scratch: &'s mut Scratch, parts: &mut [Append<'_>]) -> R
         if p.tokens.is_empty() {
             continue;
         }
-        p.session.tokens.extend_from_slice(p.tokens);
         at += rows;
-        p.session.last_logits = match p.want {
-            LogitsFor::None => None,
-            _ => Some(logits[(at - 1) * vocab..at * vocab].to_vec()),
-        };
+        let last = (p.want != LogitsFor::None).then(|| &logits[(at - 1) * vocab..at * vocab]);
+        let s = &mut *p.session;
+        Session::absorb(&mut s.tokens, &mut s.last_logits, p.tokens, last);
     }
     Ok(logits)
 }

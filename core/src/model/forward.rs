@@ -208,8 +208,7 @@ impl Weights {
             }
             clock.lap(Part::RopeCache);
             // attention over each sequence's cache (the layer's window, if any)
-            let caches: Vec<&LayerCache> = sequences.iter().map(|s| &s.cache.layers[l]).collect();
-            attention(compute, c, &caches, &spans, qkv, att, window);
+            attention(compute, c, sequences, l, &spans, qkv, att, window);
             clock.lap(Part::Attention);
             // output projection, post-attention RMSNorm (Gemma), residual
             act.set(kernels, att, q_dim, q_dim);
@@ -389,10 +388,12 @@ fn qkv_to_cache(
 /// item is some query heads of one KV head for a tile of tokens; one kernel call takes the
 /// tile's tokens of one sequence, so each block of the KV head is read and converted once and
 /// reused from L1 by every (token, head) pair.
+#[allow(clippy::too_many_arguments)]
 fn attention(
     compute: Compute<'_>,
     c: &ModelConfig,
-    caches: &[&LayerCache],
+    sequences: &[Sequence<'_>],
+    layer: usize,
     spans: &[Span],
     qkv: &[f32],
     att: &mut [f32],
@@ -433,8 +434,8 @@ fn attention(
                 // Token t + i is at position pos + i of its sequence.
                 let pos = span.pos0 + (t - span.row);
                 let kv_head = KvHead {
-                    keys: caches[s].k.view(),
-                    values: caches[s].v.view(),
+                    keys: sequences[s].cache.layers[layer].k.view(),
+                    values: sequences[s].cache.layers[layer].v.view(),
                     positions: pos + 1,
                     kv_dim,
                     offset,
