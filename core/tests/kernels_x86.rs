@@ -76,6 +76,41 @@ fn matmul_every_type_rows_0_to_70_cols_0_to_5632_tokens_1_to_9_all_backends() {
 }
 
 #[test]
+fn matmul_k_extreme_q2_k_to_q6_k_fills_scales_inf_nan_signs_all_backends() {
+    check("matmul_k_extreme");
+}
+
+#[test]
+fn gelu_tanh_mul_lengths_0_to_5633_edge_values_all_backends() {
+    check("gelu_tanh_mul");
+}
+
+/// The entries the tests above check: every entry of the suite has one.
+const CHECKED: [&str; 10] = [
+    "dot_f32",
+    "quantize_q8",
+    "rmsnorm",
+    "silu_mul",
+    "gelu_tanh_mul",
+    "rope",
+    "dot_q8",
+    "matmul",
+    "matmul_k_extreme",
+    "attention",
+];
+
+#[test]
+fn every_conformance_entry_has_a_test_here() {
+    for case in conformance::cases() {
+        assert!(
+            CHECKED.contains(&case.entry()),
+            "{}: no test here checks its entry",
+            case.name
+        );
+    }
+}
+
+#[test]
 fn attention_head_dim_6_to_128_n_pos_1_to_140_queries_heads_f16_f32_specials_all_backends() {
     check("attention");
 }

@@ -294,18 +294,19 @@ fn matmul_eq(
 
 /// A K-quant matrix of `rows` rows and 512 columns whose every block byte is `fill` (0xff: every
 /// quant, sub-block scale and minimum at its maximum) with super-block scales `d` and `dmin`
-/// (f16 bits), against activations of alternating sign at the int8 extremes (or with one
-/// huge value per block), `tokens` tokens.
+/// (f16 bits), against activations at the int8 extremes: of alternating sign (or with one
+/// huge value per block) when `sign` is 0, else all `sign` (every quant +-127: the largest
+/// i16 pair sums a backend can add up), `tokens` tokens.
 fn matmul_k_extreme_case(
     ty: GgmlType,
     fill: u8,
-    d: u16,
-    dmin: u16,
+    (d, dmin): (u16, u16),
+    sign: f32,
     rows: usize,
     tokens: usize,
 ) -> Case {
     let name = format!(
-        "matmul_k_extreme(type={},fill={fill:#04x},d={d:#06x},dmin={dmin:#06x},rows={rows},tokens={tokens})",
+        "matmul_k_extreme(type={},fill={fill:#04x},d={d:#06x},dmin={dmin:#06x},sign={sign},rows={rows},tokens={tokens})",
         ty.name()
     );
     Case::new(name, move |k, rng| {
@@ -318,9 +319,13 @@ fn matmul_k_extreme_case(
             _ => filled_k::<BlockQ6K>(ty, rows + 1, cols, fill, d, dmin),
         };
         let mut x: Vec<f32> = (0..tokens * cols)
-            .map(|i| if (i / 3) % 2 == 0 { 1.0 } else { -1.0 })
+            .map(|i| match sign {
+                0.0 if (i / 3) % 2 == 0 => 1.0,
+                0.0 => -1.0,
+                _ => sign,
+            })
             .collect();
-        if rng.below(2) == 0 {
+        if sign == 0.0 && rng.below(2) == 0 {
             x.iter_mut().step_by(QK).for_each(|v| *v = -3e4);
         }
         matmul_eq(k, &w, 1, rows, tokens, &x)
@@ -394,7 +399,16 @@ fn matmul(all: &mut Vec<Case>) {
                 (0x7e00, 0x3c00),
             ] {
                 for (rows, tokens) in [(1, 1), (9, 5)] {
-                    all.push(matmul_k_extreme_case(ty, fill, d, dmin, rows, tokens));
+                    for sign in [0.0, 1.0, -1.0] {
+                        all.push(matmul_k_extreme_case(
+                            ty,
+                            fill,
+                            (d, dmin),
+                            sign,
+                            rows,
+                            tokens,
+                        ));
+                    }
                 }
             }
         }
@@ -609,6 +623,7 @@ mod tests {
             "rope",
             "dot_q8",
             "matmul",
+            "matmul_k_extreme",
             "attention",
         ] {
             assert!(all.iter().any(|c| c.entry() == entry), "no {entry} case");

@@ -18,6 +18,36 @@ impl common::IntDot for Maddubs {
             _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
         }
     }
+
+    /// Adds as many columns' i16 pair sums as cannot overflow (each pair is at most
+    /// `2 * max_u * 127` in magnitude), then one `madd` against the scale in both i16 halves
+    /// widens them and applies the scale at once: 8 columns of Q4_K's 4-bit quants per
+    /// widening, 4 of Q5_K's, 2 of Q6_K's.
+    #[inline(always)]
+    unsafe fn dot_cols_scaled<const N: usize>(
+        u: &[__m256i; N],
+        s: &[__m256i; N],
+        max_u: i32,
+        scale: __m256i,
+    ) -> __m256i {
+        let group = (i16::MAX as i32 / (2 * max_u * 127)).max(1) as usize;
+        // SAFETY: avx2 is enabled in the caller.
+        unsafe {
+            let low = _mm256_and_si256(scale, _mm256_set1_epi32(0xffff));
+            let scale = _mm256_or_si256(low, _mm256_slli_epi32::<16>(scale));
+            let mut acc = _mm256_setzero_si256();
+            let mut k = 0;
+            while k < N {
+                let mut pairs = _mm256_maddubs_epi16(u[k], s[k]);
+                for c in k + 1..(k + group).min(N) {
+                    pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(u[c], s[c]));
+                }
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scale));
+                k += group;
+            }
+            acc
+        }
+    }
 }
 
 super::backend!("avx2", features: "avx2,f16c", detect: ["avx2", "f16c"], int_dot: Maddubs);

@@ -29,6 +29,31 @@ pub trait IntDot: Sized {
     /// The backend's target features must be enabled in the caller.
     unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
 
+    /// `scale * Σ_k dot(u[k], s[k])`, each lane 4 unsigned by 4 signed bytes per column;
+    /// `max_u` bounds the unsigned bytes, `scale` is one small integer (|scale| < 2^15) per
+    /// lane. The same exact integers as N chained `dot_acc`s times the scale; a backend whose
+    /// pair sums are i16 may add several columns' pairs and widen them by the scale at once.
+    ///
+    /// # Safety
+    /// The backend's target features must be enabled in the caller.
+    #[inline(always)]
+    unsafe fn dot_cols_scaled<const N: usize>(
+        u: &[__m256i; N],
+        s: &[__m256i; N],
+        max_u: i32,
+        scale: __m256i,
+    ) -> __m256i {
+        let _ = max_u;
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            let mut acc = _mm256_setzero_si256();
+            for k in 0..N {
+                acc = Self::dot_acc(acc, u[k], s[k]);
+            }
+            _mm256_mullo_epi32(scale, acc)
+        }
+    }
+
     /// Whether [`IntDot::tile_pair`] runs two row groups (16 rows) per pass.
     const PAIRS: bool = false;
 
@@ -969,6 +994,12 @@ pub trait KWeightTile: Tile {
     const HAS_MIN: bool;
     /// The quants are stored as `q + OFFSET` (unsigned); the dots subtract `OFFSET * sum_x`.
     const OFFSET: i32;
+    /// The largest stored (unsigned) quant: bounds `maddubs`' i16 pair sums.
+    const MAX_Q: i32;
+    /// Both 16-element halves of a sub-block share one scale and one minimum (Q4_K, Q5_K, no
+    /// offset): then `s0 * isum_0 + s1 * isum_1 = s * isum` and `m0 * sum_x0 + m1 * sum_x1 =
+    /// m * sum_x`, the same integers with no half sums.
+    const SHARED_HALVES: bool = false;
     /// Sub-block j's 8 columns: register k holds, in lane r, row r's unsigned quants of elements
     /// 4k .. 4k + 4 of the sub-block.
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8];
@@ -1040,6 +1071,8 @@ unsafe fn k4_nibble_columns(qs: &[u8; 8 * 128], j: usize) -> [__m256i; 8] {
 impl KWeightTile for TileQ4K {
     const HAS_MIN: bool = true;
     const OFFSET: i32 = 0;
+    const MAX_Q: i32 = 15;
+    const SHARED_HALVES: bool = true;
     #[inline(always)]
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
@@ -1065,6 +1098,8 @@ impl KWeightTile for TileQ4K {
 impl KWeightTile for TileQ5K {
     const HAS_MIN: bool = true;
     const OFFSET: i32 = 0;
+    const MAX_Q: i32 = 31;
+    const SHARED_HALVES: bool = true;
     /// [`TileQ4K`]'s nibbles with bit j of the `qh` column above them.
     #[inline(always)]
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8] {
@@ -1120,6 +1155,7 @@ unsafe fn two_bit_columns(qs: *const u8, n: usize, shift: i32) -> [__m256i; 8] {
 impl KWeightTile for TileQ2K {
     const HAS_MIN: bool = true;
     const OFFSET: i32 = 0;
+    const MAX_Q: i32 = 3;
     #[inline(always)]
     unsafe fn unpack(&self, b: usize) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller; chunk b / 4 of qs is in the tile.
@@ -1151,6 +1187,7 @@ impl KWeightTile for TileQ3K {
     const HAS_MIN: bool = false;
     /// Stored as q + 4 = low bits + 4 * (hmask bit): 0..=7.
     const OFFSET: i32 = 4;
+    const MAX_Q: i32 = 7;
     #[inline(always)]
     unsafe fn unpack(&self, b: usize) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller; the chunks are in the tile.
@@ -1186,6 +1223,7 @@ impl KWeightTile for TileQ3K {
 impl KWeightTile for TileQ6K {
     const HAS_MIN: bool = false;
     const OFFSET: i32 = 32;
+    const MAX_Q: i32 = 63;
     /// Sub-block b = 4n + k': low nibbles (k' < 2) or high ones of `ql` chunk 2n + k' % 2, and
     /// bits 2k'.. of `qh` chunk n above them.
     #[inline(always)]
@@ -1230,6 +1268,18 @@ impl KWeightTile for TileQ6K {
     }
 }
 
+/// Σ of an activation block's first 16 quants (the first half's `sum_x`), exact.
+#[inline(always)]
+unsafe fn half_sum(qs: &[i8; 32]) -> i32 {
+    // SAFETY: 16 readable bytes; avx2 is enabled in the caller.
+    unsafe {
+        // Bytes + 128 are unsigned; `sad` against zero sums each 8 of them into a u64.
+        let v = _mm_xor_si128(_mm_loadu_si128(qs.as_ptr().cast()), _mm_set1_epi8(-128));
+        let sums = _mm_sad_epu8(v, _mm_setzero_si128());
+        _mm_cvtsi128_si32(_mm_add_epi32(sums, _mm_unpackhi_epi64(sums, sums))) - 16 * 128
+    }
+}
+
 /// One pass: the 8 rows of `tiles` (a row group's nbk super-blocks) by T tokens (`x[t]` is token
 /// t's first activation block). Lane r of result t is reference::dot_k_q8(row r, token t).
 #[inline(always)]
@@ -1259,36 +1309,55 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
                 let w = t.unpack(j);
                 let (s0, s1) = t.scales(j);
                 let (m0, m1) = if W::HAS_MIN { t.mins(j) } else { (s0, s1) };
+                // Per lane the i16 pairs (s0, s1) and (m0, m1): one `madd` against a token's
+                // (sum_x0, sum_x1) gives s0 * sum_x0 + s1 * sum_x1 (|sum_x| <= 16 * 127).
+                let halves = |lo: __m256i, hi: __m256i| {
+                    let lo = _mm256_and_si256(lo, _mm256_set1_epi32(0xffff));
+                    _mm256_or_si256(lo, _mm256_slli_epi32::<16>(hi))
+                };
+                let (s01, m01) = (halves(s0, s1), halves(m0, m1));
+                let (w0, w1): (&[__m256i; 4], &[__m256i; 4]) = (
+                    w[..4].try_into().unwrap_unchecked(),
+                    w[4..].try_into().unwrap_unchecked(),
+                );
                 for (a, xt) in acc.iter_mut().zip(x) {
                     let xb = &*xt.add(8 * b + j);
                     let xq = xb.qs.as_ptr().cast::<i32>();
-                    let (mut isum0, mut isum1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                    for k in 0..4 {
-                        isum0 =
-                            D::dot_acc(isum0, w[k], _mm256_set1_epi32(xq.add(k).read_unaligned()));
-                        isum1 = D::dot_acc(
-                            isum1,
-                            w[4 + k],
-                            _mm256_set1_epi32(xq.add(4 + k).read_unaligned()),
+                    let xs: [__m256i; 8] =
+                        std::array::from_fn(|k| _mm256_set1_epi32(xq.add(k).read_unaligned()));
+                    let (iscaled, imin) = if W::SHARED_HALVES {
+                        // s0 == s1 and m0 == m1: one scale times the whole sub-block's dot, and
+                        // m * sum_x as one `madd` (m in the low i16 of each lane, 0 above it).
+                        let iscaled = D::dot_cols_scaled(&w, &xs, W::MAX_Q, s0);
+                        (iscaled, _mm256_madd_epi16(m0, _mm256_set1_epi32(xb.sum)))
+                    } else {
+                        let (x0, x1) = (
+                            xs[..4].try_into().unwrap_unchecked(),
+                            xs[4..].try_into().unwrap_unchecked(),
                         );
-                    }
-                    let sx0: i32 = xb.qs[..16].iter().map(|&q| q as i32).sum();
-                    let sx1 = xb.sum - sx0;
-                    if W::OFFSET != 0 {
-                        isum0 = _mm256_sub_epi32(isum0, _mm256_set1_epi32(W::OFFSET * sx0));
-                        isum1 = _mm256_sub_epi32(isum1, _mm256_set1_epi32(W::OFFSET * sx1));
-                    }
-                    let iscaled = _mm256_add_epi32(
-                        _mm256_mullo_epi32(s0, isum0),
-                        _mm256_mullo_epi32(s1, isum1),
-                    );
+                        let sx0 = half_sum(&xb.qs);
+                        let sx1 = xb.sum - sx0;
+                        let sx01 = _mm256_set1_epi32((sx0 & 0xffff) | (sx1 << 16));
+                        let mut iscaled = _mm256_add_epi32(
+                            D::dot_cols_scaled(w0, x0, W::MAX_Q, s0),
+                            D::dot_cols_scaled(w1, x1, W::MAX_Q, s1),
+                        );
+                        if W::OFFSET != 0 {
+                            // s0 * (isum_0 - OFFSET sum_x0) + s1 * (..): the same integer.
+                            let offsets = _mm256_madd_epi16(s01, sx01);
+                            let offsets = _mm256_mullo_epi32(offsets, _mm256_set1_epi32(W::OFFSET));
+                            iscaled = _mm256_sub_epi32(iscaled, offsets);
+                        }
+                        let imin = if W::HAS_MIN {
+                            _mm256_madd_epi16(m01, sx01)
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        (iscaled, imin)
+                    };
                     let dx = _mm256_set1_ps(xb.d);
                     let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(iscaled), _mm256_mul_ps(d, dx));
                     if W::HAS_MIN {
-                        let imin = _mm256_add_epi32(
-                            _mm256_mullo_epi32(m0, _mm256_set1_epi32(sx0)),
-                            _mm256_mullo_epi32(m1, _mm256_set1_epi32(sx1)),
-                        );
                         term = _mm256_add_ps(
                             term,
                             _mm256_mul_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(neg_dmin, dx)),
