@@ -40,64 +40,31 @@ fn check(entry: &str) {
     );
 }
 
-#[test]
-fn dot_f32_lengths_0_to_5633_edge_values_all_backends() {
-    check("dot_f32");
+/// One test per suite entry, named by what its cases cover; CHECKED lists their entries.
+macro_rules! entry_tests {
+    ($($test:ident: $entry:literal,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check($entry);
+            }
+        )*
+        const CHECKED: &[&str] = &[$($entry),*];
+    };
 }
 
-#[test]
-fn quantize_q8_blocks_0_1_2_18_48_176_edge_values_all_backends() {
-    check("quantize_q8");
+entry_tests! {
+    dot_f32_lengths_0_to_5633_edge_values_all_backends: "dot_f32",
+    quantize_q8_blocks_0_1_2_18_48_176_edge_values_all_backends: "quantize_q8",
+    rmsnorm_lengths_0_to_5633_edge_values_all_backends: "rmsnorm",
+    silu_mul_lengths_0_to_5633_edge_values_all_backends: "silu_mul",
+    gelu_tanh_mul_lengths_0_to_5633_edge_values_all_backends: "gelu_tanh_mul",
+    rope_head_dim_2_to_128_heads_1_3_9_all_backends: "rope",
+    dot_q4_0_q4_1_q8_0_blocks_0_1_2_18_48_176_all_backends: "dot_q8",
+    matmul_every_type_rows_0_to_70_cols_0_to_5632_tokens_1_to_9_all_backends: "matmul",
+    matmul_k_extreme_q2_k_to_q6_k_fills_scales_inf_nan_signs_all_backends: "matmul_k_extreme",
+    attention_head_dim_6_to_128_n_pos_1_to_140_queries_heads_f16_f32_specials_all_backends: "attention",
 }
-
-#[test]
-fn rmsnorm_lengths_0_to_5633_edge_values_all_backends() {
-    check("rmsnorm");
-}
-
-#[test]
-fn silu_mul_lengths_0_to_5633_edge_values_all_backends() {
-    check("silu_mul");
-}
-
-#[test]
-fn rope_head_dim_2_to_128_heads_1_3_9_all_backends() {
-    check("rope");
-}
-
-#[test]
-fn dot_q4_0_q4_1_q8_0_blocks_0_1_2_18_48_176_all_backends() {
-    check("dot_q8");
-}
-
-#[test]
-fn matmul_every_type_rows_0_to_70_cols_0_to_5632_tokens_1_to_9_all_backends() {
-    check("matmul");
-}
-
-#[test]
-fn matmul_k_extreme_q2_k_to_q6_k_fills_scales_inf_nan_signs_all_backends() {
-    check("matmul_k_extreme");
-}
-
-#[test]
-fn gelu_tanh_mul_lengths_0_to_5633_edge_values_all_backends() {
-    check("gelu_tanh_mul");
-}
-
-/// The entries the tests above check: every entry of the suite has one.
-const CHECKED: [&str; 10] = [
-    "dot_f32",
-    "quantize_q8",
-    "rmsnorm",
-    "silu_mul",
-    "gelu_tanh_mul",
-    "rope",
-    "dot_q8",
-    "matmul",
-    "matmul_k_extreme",
-    "attention",
-];
 
 #[test]
 fn every_conformance_entry_has_a_test_here() {
@@ -108,11 +75,6 @@ fn every_conformance_entry_has_a_test_here() {
             case.name
         );
     }
-}
-
-#[test]
-fn attention_head_dim_6_to_128_n_pos_1_to_140_queries_heads_f16_f32_specials_all_backends() {
-    check("attention");
 }
 
 /// The case INFERNO_CONFORMANCE_CASE names, on every backend of this host (the reference too).
