@@ -121,9 +121,10 @@ impl KMatrix {
         where
             T::Block: KBlock,
         {
-            let nb = cols / QK_K;
-            let blocks = blocks_from_bytes::<T::Block>(bytes);
-            tile_rows::<T>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb])
+            let row_bytes = cols / QK_K * T::Block::BYTES;
+            tile_rows::<T, _>(rows, cols / QK_K, |r| {
+                blocks_from_bytes::<T::Block>(&bytes[r * row_bytes..(r + 1) * row_bytes])
+            })
         }
         match ty {
             GgmlType::Q2_K => KMatrix::Q2_K(tiles(rows, cols, bytes)),
@@ -183,7 +184,7 @@ impl Matrix {
     pub fn from_q4_0(rows: usize, cols: usize, blocks: &[BlockQ4_0]) -> Matrix {
         let nb = cols / QK;
         assert_eq!(blocks.len(), rows * nb, "from_q4_0: block count");
-        let tiles = tile_rows::<TileQ4_0>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        let tiles = tile_rows::<TileQ4_0, _>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
         Matrix {
             rows,
             cols,
@@ -195,7 +196,7 @@ impl Matrix {
     pub fn from_q4_1(rows: usize, cols: usize, blocks: &[BlockQ4_1]) -> Matrix {
         let nb = cols / QK;
         assert_eq!(blocks.len(), rows * nb, "from_q4_1: block count");
-        let tiles = tile_rows::<TileQ4_1>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        let tiles = tile_rows::<TileQ4_1, _>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
         Matrix {
             rows,
             cols,
@@ -207,7 +208,7 @@ impl Matrix {
     pub fn from_q5_0(rows: usize, cols: usize, blocks: &[BlockQ5_0]) -> Matrix {
         let nb = cols / QK;
         assert_eq!(blocks.len(), rows * nb, "from_q5_0: block count");
-        let tiles = tile_rows::<TileQ5_0>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        let tiles = tile_rows::<TileQ5_0, _>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
         Matrix {
             rows,
             cols,
@@ -219,7 +220,7 @@ impl Matrix {
     pub fn from_q5_1(rows: usize, cols: usize, blocks: &[BlockQ5_1]) -> Matrix {
         let nb = cols / QK;
         assert_eq!(blocks.len(), rows * nb, "from_q5_1: block count");
-        let tiles = tile_rows::<TileQ5_1>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        let tiles = tile_rows::<TileQ5_1, _>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
         Matrix {
             rows,
             cols,
@@ -231,7 +232,7 @@ impl Matrix {
     pub fn from_q8_0(rows: usize, cols: usize, blocks: &[BlockQ8_0]) -> Matrix {
         let nb = cols / QK;
         assert_eq!(blocks.len(), rows * nb, "from_q8_0: block count");
-        let tiles = tile_rows::<TileQ8_0>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        let tiles = tile_rows::<TileQ8_0, _>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
         Matrix {
             rows,
             cols,
@@ -267,6 +268,16 @@ impl Matrix {
                 got_bytes: bytes.len() as u64,
             });
         }
+        // Decoded a row at a time into the tiles: the largest tensor (Gemma 3's 178 MB token
+        // embedding) never sits in memory twice while it is repacked.
+        let row_bytes = bytes.len().checked_div(rows).unwrap_or(0);
+        macro_rules! by_rows {
+            ($decode:ident) => {
+                tile_rows(rows, cols / QK, |r| {
+                    $decode(&bytes[r * row_bytes..(r + 1) * row_bytes])
+                })
+            };
+        }
         let data = match ty {
             GgmlType::F32 => MatrixData::F32(dequantize_bytes(ty, bytes)),
             GgmlType::F16 => MatrixData::F16(
@@ -281,11 +292,11 @@ impl Matrix {
                     .map(|c| u16::from_le_bytes([c[0], c[1]]))
                     .collect(),
             ),
-            GgmlType::Q4_0 => return Ok(Matrix::from_q4_0(rows, cols, &q4_0_from_bytes(bytes))),
-            GgmlType::Q4_1 => return Ok(Matrix::from_q4_1(rows, cols, &q4_1_from_bytes(bytes))),
-            GgmlType::Q5_0 => return Ok(Matrix::from_q5_0(rows, cols, &q5_0_from_bytes(bytes))),
-            GgmlType::Q5_1 => return Ok(Matrix::from_q5_1(rows, cols, &q5_1_from_bytes(bytes))),
-            GgmlType::Q8_0 => return Ok(Matrix::from_q8_0(rows, cols, &q8_0_from_bytes(bytes))),
+            GgmlType::Q4_0 => MatrixData::Q4_0(by_rows!(q4_0_from_bytes)),
+            GgmlType::Q4_1 => MatrixData::Q4_1(by_rows!(q4_1_from_bytes)),
+            GgmlType::Q5_0 => MatrixData::Q5_0(by_rows!(q5_0_from_bytes)),
+            GgmlType::Q5_1 => MatrixData::Q5_1(by_rows!(q5_1_from_bytes)),
+            GgmlType::Q8_0 => MatrixData::Q8_0(by_rows!(q8_0_from_bytes)),
             GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
                 MatrixData::K(KMatrix::from_bytes(ty, rows, cols, bytes))
             }
@@ -360,7 +371,7 @@ impl Matrix {
                 .iter()
                 .map(|&(p, r)| untile_row(parts[p], nb, r))
                 .collect();
-            tile_rows::<T>(rows.len(), nb, |i| &rows[i])
+            tile_rows::<T, _>(rows.len(), nb, |i| &rows[i])
         }
         let (c, nb) = (cols, cols / QK);
         macro_rules! each {

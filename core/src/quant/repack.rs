@@ -215,16 +215,18 @@ impl Tile for TileQ8_0 {
 }
 
 /// Tiles of `rows` rows of `blocks_per_row` blocks, from row-major blocks (`row(r)` gives row
-/// r's blocks). Tile (g, b) is at `g * blocks_per_row + b`.
-pub fn tile_rows<'a, T: Tile>(
+/// r's blocks, borrowed or decoded on the spot: a matrix read from file bytes row by row never
+/// holds a second whole copy besides its tiles). Tile (g, b) is at `g * blocks_per_row + b`.
+pub fn tile_rows<T: Tile, R: AsRef<[T::Block]>>(
     rows: usize,
     blocks_per_row: usize,
-    row: impl Fn(usize) -> &'a [T::Block],
+    row: impl Fn(usize) -> R,
 ) -> Vec<T> {
     let groups = rows.div_ceil(TILE_ROWS);
     let mut tiles = vec![T::ZERO; groups * blocks_per_row];
     for r in 0..rows {
         let blocks = row(r);
+        let blocks = blocks.as_ref();
         assert_eq!(blocks.len(), blocks_per_row, "tile_rows: bad row length");
         let (g, lane) = (r / TILE_ROWS, r % TILE_ROWS);
         for (b, block) in blocks.iter().enumerate() {

@@ -1388,7 +1388,7 @@ pub fn matmul_k<D: KIntDot, W: KWeightTile>(
 /// reference::dot_*_q8.
 pub fn dot_q<D: IntDot<W>, W: WeightTile>(w: &[W::Block], x: &[BlockQ8Act]) -> f32 {
     assert_eq!(w.len(), x.len(), "dot_q*_q8: block counts differ");
-    let tiles = tile_rows::<W>(1, w.len(), |_| w);
+    let tiles = tile_rows::<W, _>(1, w.len(), |_| w);
     let mut o = [0.0f32];
     matmul_q::<D, W>(&tiles, 1, w.len(), 0, x, &mut [&mut o[..]]);
     o[0]

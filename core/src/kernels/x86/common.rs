@@ -918,7 +918,7 @@ pub unsafe fn matmul_f<L: Lanes>(
 /// padding) and run through the matmul tile. Not on the forward path.
 #[inline(always)]
 pub unsafe fn dot_q<D: IntDot, W: WeightTile>(w: &[W::Block], x: &[BlockQ8Act]) -> f32 {
-    let tiles = tile_rows::<W>(1, w.len(), |_| w);
+    let tiles = tile_rows::<W, _>(1, w.len(), |_| w);
     let mut o = [0.0f32];
     // SAFETY: forwarded to the caller.
     unsafe { matmul_q::<D, W>(&tiles, 1, w.len(), 0, x, &mut [&mut o[..]]) };
