@@ -300,20 +300,45 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// Otherwise identical to reference::silu_mul.
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len(), "silu_mul: lengths differ");
+/// `g = (g / (1 + exp(-z))) * u` 4 lanes at a time, with `z = logit(g)`; the tail as `tail`
+/// (the reference) does it.
+#[inline(always)]
+fn logistic_gate_mul(
+    gate: &mut [f32],
+    up: &[f32],
+    logit: impl Fn(v128) -> v128,
+    tail: fn(&mut [f32], &[f32]),
+) {
     let n4 = gate.len() / 4 * 4;
     let one = f32x4_splat(1.0);
     for i in (0..n4).step_by(4) {
         let g = load_f32x4(gate, i);
-        let e = exp4(f32x4_neg(g));
+        let e = exp4(f32x4_neg(logit(g)));
         let y = f32x4_mul(f32x4_div(g, f32x4_add(one, e)), load_f32x4(up, i));
         store_f32x4(gate, i, y);
     }
-    for i in n4..gate.len() {
-        gate[i] = (gate[i] / (1.0 + math::exp(-gate[i]))) * up[i];
-    }
+    tail(&mut gate[n4..], &up[n4..]);
+}
+
+/// Otherwise identical to reference::silu_mul.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "silu_mul: lengths differ");
+    logistic_gate_mul(gate, up, |g| g, reference::silu_mul);
+}
+
+/// Otherwise identical to reference::gelu_tanh_mul: `z = (C g) (1 + (A g) g)`, no fused
+/// multiply-add.
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    use reference::{GELU_TANH_2_SQRT_2_OVER_PI as C, GELU_TANH_CUBIC as A};
+    assert_eq!(gate.len(), up.len(), "gelu_tanh_mul: lengths differ");
+    let (c, a, one) = (f32x4_splat(C), f32x4_splat(A), f32x4_splat(1.0));
+    let logit = |g| {
+        f32x4_mul(
+            f32x4_mul(c, g),
+            f32x4_add(one, f32x4_mul(f32x4_mul(a, g), g)),
+        )
+    };
+    logistic_gate_mul(gate, up, logit, reference::gelu_tanh_mul);
 }
 
 /// Otherwise identical to reference::rope.
@@ -1479,7 +1504,7 @@ macro_rules! backend {
             matmul,
             rmsnorm: common::rmsnorm,
             silu_mul: common::silu_mul,
-            gelu_tanh_mul: crate::kernels::reference::gelu_tanh_mul,
+            gelu_tanh_mul: common::gelu_tanh_mul,
             rope: common::rope,
             attention: common::attention,
         };

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
-use crate::kernels::reference::ATTENTION_BLOCK;
+use crate::kernels::reference::{self, ATTENTION_BLOCK};
 use crate::quant::kquants::{TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K};
 use crate::quant::repack::{
     check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
@@ -322,9 +322,15 @@ pub unsafe fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// Otherwise identical to reference::silu_mul.
+/// `g = (g / (1 + exp(-z))) * u` 8 lanes at a time, with `z = logit(g)`; the tail as
+/// `tail` (the reference) does it.
 #[inline(always)]
-pub unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+unsafe fn logistic_gate_mul(
+    gate: &mut [f32],
+    up: &[f32],
+    logit: impl Fn(__m256) -> __m256,
+    tail: fn(&mut [f32], &[f32]),
+) {
     // SAFETY: the caller checked the lengths equal; avx2 is enabled in the caller.
     unsafe {
         let n8 = gate.len() / 8 * 8;
@@ -332,16 +338,36 @@ pub unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
         let sign = _mm256_set1_ps(-0.0);
         for i in (0..n8).step_by(8) {
             let g = _mm256_loadu_ps(gate.as_ptr().add(i));
-            let e = exp8(_mm256_xor_ps(g, sign));
+            let e = exp8(_mm256_xor_ps(logit(g), sign));
             let y = _mm256_mul_ps(
                 _mm256_div_ps(g, _mm256_add_ps(one, e)),
                 _mm256_loadu_ps(up.as_ptr().add(i)),
             );
             _mm256_storeu_ps(gate.as_mut_ptr().add(i), y);
         }
-        for i in n8..gate.len() {
-            gate[i] = (gate[i] / (1.0 + math::exp(-gate[i]))) * up[i];
-        }
+        tail(&mut gate[n8..], &up[n8..]);
+    }
+}
+
+/// Otherwise identical to reference::silu_mul.
+#[inline(always)]
+pub unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: forwarded to the caller.
+    unsafe { logistic_gate_mul(gate, up, |g| g, reference::silu_mul) }
+}
+
+/// Otherwise identical to reference::gelu_tanh_mul: `z = (C g) (1 + (A g) g)`, no FMA.
+#[inline(always)]
+pub unsafe fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    use reference::{GELU_TANH_2_SQRT_2_OVER_PI as C, GELU_TANH_CUBIC as A};
+    // SAFETY: forwarded to the caller; avx2 is enabled there.
+    unsafe {
+        let (c, a, one) = (_mm256_set1_ps(C), _mm256_set1_ps(A), _mm256_set1_ps(1.0));
+        let logit = |g| {
+            let cubic = _mm256_add_ps(one, _mm256_mul_ps(_mm256_mul_ps(a, g), g));
+            _mm256_mul_ps(_mm256_mul_ps(c, g), cubic)
+        };
+        logistic_gate_mul(gate, up, logit, reference::gelu_tanh_mul)
     }
 }
 

@@ -56,7 +56,7 @@ macro_rules! backend {
             matmul,
             rmsnorm,
             silu_mul,
-            gelu_tanh_mul: crate::kernels::reference::gelu_tanh_mul,
+            gelu_tanh_mul,
             rope,
             attention,
         };
@@ -199,6 +199,18 @@ macro_rules! backend {
             unsafe fn imp(gate: &mut [f32], up: &[f32]) {
                 // SAFETY: lengths checked equal by the wrapper.
                 unsafe { common::silu_mul(gate, up) }
+            }
+            // SAFETY: check_host() found the features `imp` is compiled for.
+            unsafe { imp(gate, up) }
+        }
+        /// Otherwise identical to reference::gelu_tanh_mul.
+        pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+            assert_eq!(gate.len(), up.len(), "gelu_tanh_mul: lengths differ");
+            check_host();
+            #[target_feature(enable = $features)]
+            unsafe fn imp(gate: &mut [f32], up: &[f32]) {
+                // SAFETY: lengths checked equal by the wrapper.
+                unsafe { common::gelu_tanh_mul(gate, up) }
             }
             // SAFETY: check_host() found the features `imp` is compiled for.
             unsafe { imp(gate, up) }
