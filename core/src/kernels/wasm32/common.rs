@@ -459,7 +459,8 @@ fn attention_n<L: Lanes, const N: usize>(
     }
     // Left uninitialized: zeroing would add 2 x 16 KiB of stores to every call, and decode
     // makes one per (layer, item); rows 0..end - start are written before they are read.
-    let mut kbuf = [[MaybeUninit::<[v128; 2]>::uninit(); ATTENTION_BLOCK]; N];
+    // Position-major, as the x86 twin's buffers (one position's N pairs contiguous).
+    let mut kbuf = [[MaybeUninit::<[v128; 2]>::uninit(); N]; ATTENTION_BLOCK];
     let mut vbuf = kbuf;
     let mut scores = [0.0f32; ATTENTION_BLOCK];
     let mut p = [0.0f32; ATTENTION_BLOCK];
@@ -484,8 +485,8 @@ fn attention_n<L: Lanes, const N: usize>(
                         let k = &keys[t * stride + offset..t * stride + offset + hd];
                         let v = &values[t * stride + offset..t * stride + offset + hd];
                         for j in 0..N {
-                            kbuf[j][t - start].write($load(k, 8 * j));
-                            vbuf[j][t - start].write($load(v, 8 * j));
+                            kbuf[t - start][j].write($load(k, 8 * j));
+                            vbuf[t - start][j].write($load(v, 8 * j));
                         }
                     }
                 };
@@ -513,7 +514,7 @@ fn attention_n<L: Lanes, const N: usize>(
                         let mut acc = [[zero; 2]; 4];
                         for j in 0..N {
                             // SAFETY: rows 0..len of this block were written above.
-                            let kt = unsafe { kbuf[j][t].assume_init() };
+                            let kt = unsafe { kbuf[t][j].assume_init() };
                             acc[j % 4] = mul_add8(acc[j % 4], qv[j], kt);
                         }
                         let s = fold(acc) * scale;
@@ -542,7 +543,7 @@ fn attention_n<L: Lanes, const N: usize>(
                         let pv = [f32x4_splat(pt); 2];
                         for (j, oj) in o.iter_mut().enumerate() {
                             // SAFETY: rows 0..len of this block were written above.
-                            let vt = unsafe { vbuf[j][t].assume_init() };
+                            let vt = unsafe { vbuf[t][j].assume_init() };
                             *oj = mul_add8(*oj, pv, vt);
                         }
                     }

@@ -437,7 +437,10 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
         if heads == 0 {
             return;
         }
-        let mut kbuf = [[MaybeUninit::<__m256>::uninit(); ATTENTION_BLOCK]; N];
+        // Position-major: a position's N registers are contiguous. (Register-major put the N
+        // registers of one position 2 KiB apart, in 2 of L1's 64 sets: at head_dim 256 the
+        // 32 lines thrashed them and Gemma 3's decode attention ran at a quarter speed.)
+        let mut kbuf = [[MaybeUninit::<__m256>::uninit(); N]; ATTENTION_BLOCK];
         let mut vbuf = kbuf;
         let mut scores = [0.0f32; ATTENTION_BLOCK];
         let mut p = [0.0f32; ATTENTION_BLOCK];
@@ -458,8 +461,8 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
                     let k = keys.as_ptr().add(t * stride + offset);
                     let v = values.as_ptr().add(t * stride + offset);
                     for j in 0..N {
-                        kbuf[j][t - start].write(L::load8(k.add(8 * j)));
-                        vbuf[j][t - start].write(L::load8(v.add(8 * j)));
+                        kbuf[t - start][j].write(L::load8(k.add(8 * j)));
+                        vbuf[t - start][j].write(L::load8(v.add(8 * j)));
                     }
                 }
                 // Query i sees positions start..end_i of this block; those already past
@@ -480,7 +483,7 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
                         for (t, st) in scores.iter_mut().enumerate().take(len) {
                             let mut acc = [_mm256_setzero_ps(); 4];
                             for j in 0..N {
-                                let kt = kbuf[j][t].assume_init();
+                                let kt = kbuf[t][j].assume_init();
                                 acc[j % 4] = _mm256_add_ps(acc[j % 4], _mm256_mul_ps(qv[j], kt));
                             }
                             let s = fold(acc) * scale;
@@ -509,7 +512,7 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
                             l[pair] += pt;
                             let pv = _mm256_set1_ps(pt);
                             for (j, oj) in o.iter_mut().enumerate() {
-                                let vt = vbuf[j][t].assume_init();
+                                let vt = vbuf[t][j].assume_init();
                                 *oj = _mm256_add_ps(*oj, _mm256_mul_ps(pv, vt));
                             }
                         }
