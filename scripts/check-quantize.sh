@@ -4,7 +4,7 @@
 # multiples of 256 with an untied output (the K-quant mixes as written), and Gemma 3 270M Q4_K_M
 # (rows of 640), compared byte for byte. Not part of `make test`: it needs the peer tools
 # (`scripts/peer-llamacpp.sh tools`, tens of minutes to build once).
-#   scripts/check-quantize.sh [TYPE...]     (default: all fifteen)
+#   scripts/check-quantize.sh [TYPE...]     (default: all seventeen)
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -15,7 +15,7 @@ inferno="${INFERNO_BIN:-$repo/target/release/inferno}"
 [ -x "$inferno" ] || { echo "no $inferno: run make build first" >&2; exit 1; }
 
 types=("$@")
-[ ${#types[@]} -gt 0 ] || types=(q4_0 q4_1 q5_0 q5_1 q8_0 f16 q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k)
+[ ${#types[@]} -gt 0 ] || types=(q4_0 q4_1 q5_0 q5_1 q8_0 f16 q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs)
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

@@ -254,11 +254,14 @@ fn one_tensor_file(dims: &[u64], type_id: u32, offset: u64, data_len: usize) -> 
 }
 
 #[test]
-fn unknown_tensor_type_iq4_xs_id_23_and_id_999_are_named_q4_k_id_12_parses() {
-    // Q4_K (one 256-element super-block of 144 bytes) is a type inferno computes with.
+fn unknown_tensor_type_iq3_s_id_21_and_id_999_are_named_q4_k_id_12_and_iq4_xs_id_23_parse() {
+    // Q4_K (one 256-element super-block of 144 bytes) and IQ4_XS (136 bytes) are types inferno
+    // computes with.
     let b = one_tensor_file(&[256], 12, 0, 144);
     assert!(GgufFile::parse(&b).is_ok());
     let b = one_tensor_file(&[256], 23, 0, 136);
+    assert!(GgufFile::parse(&b).is_ok());
+    let b = one_tensor_file(&[256], 21, 0, 110);
     match GgufFile::parse(&b) {
         Err(Error::UnsupportedTensorType {
             name,
@@ -267,7 +270,7 @@ fn unknown_tensor_type_iq4_xs_id_23_and_id_999_are_named_q4_k_id_12_parses() {
         }) => {
             assert_eq!(
                 (name.as_str(), ggml_type, type_name.as_str()),
-                ("w", 23, "IQ4_XS")
+                ("w", 21, "IQ3_S")
             )
         }
         other => panic!("{other:?}"),

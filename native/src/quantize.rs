@@ -55,6 +55,10 @@ pub enum QuantType {
     Q5_K_M,
     #[value(name = "q6_k")]
     Q6_K,
+    #[value(name = "iq4_nl")]
+    IQ4_NL,
+    #[value(name = "iq4_xs")]
+    IQ4_XS,
 }
 
 impl QuantType {
@@ -73,6 +77,8 @@ impl QuantType {
             Q4_K_S | Q4_K_M => GgmlType::Q4_K,
             Q5_K_S | Q5_K_M => GgmlType::Q5_K,
             Q6_K => GgmlType::Q6_K,
+            IQ4_NL => GgmlType::IQ4_NL,
+            IQ4_XS => GgmlType::IQ4_XS,
         }
     }
 
@@ -95,6 +101,8 @@ impl QuantType {
             Q5_K_S => 16,
             Q5_K_M => 17,
             Q6_K => 18,
+            IQ4_NL => 25,
+            IQ4_XS => 30,
         }
     }
 }
@@ -222,6 +230,7 @@ impl Mix {
                         GgmlType::Q6_K
                     }
                     F::Q4_K_S if i < 4 => GgmlType::Q5_K,
+                    F::IQ4_NL | F::IQ4_XS if self.n_gqa >= 4 => GgmlType::Q5_K,
                     _ => default,
                 }
             }
@@ -235,6 +244,8 @@ impl Mix {
                     F::Q3_K_L => GgmlType::Q5_K,
                     F::Q4_K_M | F::Q5_K_M if use_more_bits(i, n) => GgmlType::Q6_K,
                     F::Q4_K_S if i < n / 8 => GgmlType::Q5_K,
+                    // No importance matrix here, so the first eighth gets more bits.
+                    F::IQ4_NL | F::IQ4_XS if i < n / 8 => GgmlType::Q5_K,
                     _ => default,
                 }
             }
@@ -260,6 +271,7 @@ fn fallback(ty: GgmlType, cols: usize) -> GgmlType {
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
+        GgmlType::IQ4_XS => GgmlType::IQ4_NL,
         other => other,
     };
     if cols % smaller.block_len() == 0 {
@@ -389,6 +401,7 @@ mod tests {
         assert_eq!(fallback(GgmlType::Q2_K, 576), GgmlType::Q4_0);
         assert_eq!(fallback(GgmlType::Q4_K, 1536), GgmlType::Q4_K);
         assert_eq!(fallback(GgmlType::Q4_0, 48), GgmlType::F16);
+        assert_eq!(fallback(GgmlType::IQ4_XS, 576), GgmlType::IQ4_NL);
     }
 
     #[test]

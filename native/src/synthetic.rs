@@ -79,6 +79,11 @@ pub enum MatrixType {
     Q4_K,
     #[value(name = "q6_k")]
     Q6_K,
+    /// Quantized by llama-quantize's IQ4_NL / IQ4_XS quantizer.
+    #[value(name = "iq4_nl")]
+    IQ4_NL,
+    #[value(name = "iq4_xs")]
+    IQ4_XS,
     #[value(name = "f16")]
     F16,
     #[value(name = "bf16")]
@@ -97,6 +102,8 @@ impl MatrixType {
             MatrixType::Q8_0 => GgmlType::Q8_0,
             MatrixType::Q4_K => GgmlType::Q4_K,
             MatrixType::Q6_K => GgmlType::Q6_K,
+            MatrixType::IQ4_NL => GgmlType::IQ4_NL,
+            MatrixType::IQ4_XS => GgmlType::IQ4_XS,
             MatrixType::F16 => GgmlType::F16,
             MatrixType::Bf16 => GgmlType::BF16,
             MatrixType::F32 => GgmlType::F32,

@@ -243,9 +243,11 @@ fn bad_flags_are_clean_errors() {
 }
 
 #[test]
-fn quantize_q4_0_q4_1_q5_0_q5_1_q8_0_q4_k_m_q6_k_write_loadable_ggufs_that_answer() {
+fn quantize_q4_0_q4_1_q5_0_q5_1_q8_0_q4_k_m_q6_k_iq4_xs_write_loadable_ggufs_that_answer() {
     let dir = temp_dir("quantize");
-    for ty in ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k_m", "q6_k"] {
+    for ty in [
+        "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k_m", "q6_k", "iq4_xs",
+    ] {
         let out = dir.join(format!("model-{ty}.gguf"));
         let o = inferno(
             &[
@@ -270,6 +272,19 @@ fn quantize_q4_0_q4_1_q5_0_q5_1_q8_0_q4_k_m_q6_k_write_loadable_ggufs_that_answe
                 "Q5_0    166 tensors",
                 "Q6_K     14 tensors",
                 "Q8_0     15 tensors",
+            ] {
+                assert!(info.contains(line), "{line} not in\n{info}");
+            }
+        }
+        if ty == "iq4_xs" {
+            // Rows of 576 fall back to IQ4_NL, the first eighth of ffn_down (no importance
+            // matrix) gets Q5_K, the tied embedding Q8_0: the tensors llama-quantize writes
+            // (scripts/check-quantize.sh: byte-identical).
+            for line in [
+                "IQ4_NL  180 tensors",
+                "IQ4_XS   27 tensors",
+                "Q5_K      3 tensors",
+                "Q8_0      1 tensors",
             ] {
                 assert!(info.contains(line), "{line} not in\n{info}");
             }

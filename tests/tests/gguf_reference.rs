@@ -52,7 +52,9 @@ impl Rng {
 fn blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
     // Byte offsets of the f16 scales in each type's block (ggml's block_* structs).
     let scales: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
+            &[0]
+        }
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -75,7 +77,8 @@ fn python() -> Option<PathBuf> {
 }
 
 #[test]
-fn dequantize_q4_0_q4_1_q5_0_q5_1_q8_0_q2_k_to_q6_k_f16_bf16_f32_equals_gguf_python_bitwise() {
+fn dequantize_q4_0_q4_1_q5_0_q5_1_q8_0_q2_k_to_q6_k_iq4_nl_iq4_xs_f16_bf16_f32_equals_gguf_python_bitwise(
+) {
     let Some(python) = python() else {
         eprintln!(
             "skipping: set INFERNO_PYTHON to scripts/setup-python.sh's python (make test does)"
@@ -93,6 +96,8 @@ fn dequantize_q4_0_q4_1_q5_0_q5_1_q8_0_q2_k_to_q6_k_f16_bf16_f32_equals_gguf_pyt
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
         GgmlType::F16,
         GgmlType::BF16,
         GgmlType::F32,

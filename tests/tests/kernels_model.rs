@@ -68,13 +68,14 @@ fn check_synthetic(shape: SyntheticShape, ty: GgmlType, dtype: WeightDtype, seed
 }
 
 #[test]
-fn synthetic_tiny_q4_1_q4_0_q5_0_q5_1_q8_0_f16_bf16_f32_logits_all_backends() {
+fn synthetic_tiny_q4_1_q4_0_q5_0_q5_1_q8_0_iq4_nl_f16_bf16_f32_logits_all_backends() {
     for ty in [
         GgmlType::Q4_1,
         GgmlType::Q4_0,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::IQ4_NL,
         GgmlType::F16,
         GgmlType::BF16,
         GgmlType::F32,
@@ -119,7 +120,7 @@ fn real_model_prompt_40_tokens_logits_all_backends() {
 }
 
 #[test]
-fn synthetic_dim_256_q2_k_q3_k_q4_k_q5_k_q6_k_logits_all_backends() {
+fn synthetic_dim_256_q2_k_q3_k_q4_k_q5_k_q6_k_iq4_xs_logits_all_backends() {
     // K-quants need rows of whole 256-element super-blocks.
     let shape = SyntheticShape {
         dim: 256,
@@ -133,6 +134,7 @@ fn synthetic_dim_256_q2_k_q3_k_q4_k_q5_k_q6_k_logits_all_backends() {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
     ] {
         check_synthetic(shape.clone(), ty, WeightDtype::AsStored, 15);
     }

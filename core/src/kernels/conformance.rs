@@ -8,10 +8,11 @@
 //! (built with the `conformance` feature only).
 
 use super::testdata::{
-    bits_eq, q4_0_blocks, q4_1_blocks, q5_0_blocks, q5_1_blocks, q8_0_blocks, random_activations,
-    random_matrix, Rng,
+    bits_eq, iq4_nl_blocks, q4_0_blocks, q4_1_blocks, q5_0_blocks, q5_1_blocks, q8_0_blocks,
+    random_activations, random_matrix, Rng,
 };
 use super::{reference, Input, Kernels, KvHead, KvSlice, Matrix};
+use crate::quant::iq4::BlockIQ4XS;
 use crate::quant::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, KBlock, QK_K};
 use crate::quant::{f32_to_f16, BlockQ8Act, GgmlType, QK};
 
@@ -243,7 +244,13 @@ fn dot_q(all: &mut Vec<Case>) {
                 (k.dot_q5_1_q8)(&w51, &q8),
                 reference::dot_q5_1_q8(&w51, &q8),
             );
-            bits_eq("dot_q5_1_q8", k.name, &[got], &[want])
+            bits_eq("dot_q5_1_q8", k.name, &[got], &[want])?;
+            let w4 = iq4_nl_blocks(rng, nb);
+            let (got, want) = (
+                (k.dot_iq4_nl_q8)(&w4, &q8),
+                reference::dot_iq4_nl_q8(&w4, &q8),
+            );
+            bits_eq("dot_iq4_nl_q8", k.name, &[got], &[want])
         }));
     }
 }
@@ -316,6 +323,7 @@ fn matmul_k_extreme_case(
             GgmlType::Q3_K => filled_k::<BlockQ3K>(ty, rows + 1, cols, fill, d, dmin),
             GgmlType::Q4_K => filled_k::<BlockQ4K>(ty, rows + 1, cols, fill, d, dmin),
             GgmlType::Q5_K => filled_k::<BlockQ5K>(ty, rows + 1, cols, fill, d, dmin),
+            GgmlType::IQ4_XS => filled_k::<BlockIQ4XS>(ty, rows + 1, cols, fill, d, dmin),
             _ => filled_k::<BlockQ6K>(ty, rows + 1, cols, fill, d, dmin),
         };
         let mut x: Vec<f32> = (0..tokens * cols)
@@ -352,7 +360,7 @@ fn filled_k<B: KBlock>(
 
 fn matmul(all: &mut Vec<Case>) {
     use GgmlType::*;
-    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0] {
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL] {
         for (rows, cols, tokens) in [
             (70, 576, 9),
             (64, 576, 1),
@@ -376,8 +384,8 @@ fn matmul(all: &mut Vec<Case>) {
             }
         }
     }
-    // Every K type has x86 and wasm twins.
-    for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+    // Every K type has x86 and wasm twins (IQ4_XS is one to the kernels).
+    for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS] {
         for (rows, cols, tokens) in [(17, 256, 1), (9, 768, 3), (33, 1536, 2), (8, 256, 9)] {
             all.push(matmul_case(ty, rows, cols, tokens, 3));
         }

@@ -36,6 +36,7 @@ pub mod x86;
 #[allow(unsafe_code)] // disjoint output slices handed to threads
 pub mod tiles;
 
+use crate::quant::iq4::{BlockIQ4NL, TileIQ4NL, TileIQ4XS};
 use crate::quant::kquants::{
     blocks_from_bytes, KBlock, TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K,
 };
@@ -63,6 +64,7 @@ pub struct Matrix {
 }
 
 #[derive(Debug, Clone)]
+#[allow(non_camel_case_types)]
 pub enum MatrixData {
     F32(Vec<f32>),
     /// f16 bits.
@@ -75,6 +77,7 @@ pub enum MatrixData {
     Q5_0(Vec<TileQ5_0>),
     Q5_1(Vec<TileQ5_1>),
     Q8_0(Vec<TileQ8_0>),
+    IQ4_NL(Vec<TileIQ4NL>),
     /// A K-quant (super-blocks of 256), in tiles of 8 rows.
     K(KMatrix),
 }
@@ -88,6 +91,8 @@ pub enum KMatrix {
     Q4_K(Vec<TileQ4K>),
     Q5_K(Vec<TileQ5K>),
     Q6_K(Vec<TileQ6K>),
+    /// IQ4_XS: super-blocks of 256 with sub-block scales, as the K-quants.
+    IQ4_XS(Vec<TileIQ4XS>),
 }
 
 /// `$body` once for whichever K type `$k` holds, with `$t` bound to its tiles.
@@ -99,6 +104,7 @@ macro_rules! with_k {
             KMatrix::Q4_K($t) => $body,
             KMatrix::Q5_K($t) => $body,
             KMatrix::Q6_K($t) => $body,
+            KMatrix::IQ4_XS($t) => $body,
         }
     };
 }
@@ -112,6 +118,7 @@ impl KMatrix {
             KMatrix::Q4_K(_) => GgmlType::Q4_K,
             KMatrix::Q5_K(_) => GgmlType::Q5_K,
             KMatrix::Q6_K(_) => GgmlType::Q6_K,
+            KMatrix::IQ4_XS(_) => GgmlType::IQ4_XS,
         }
     }
 
@@ -132,6 +139,7 @@ impl KMatrix {
             GgmlType::Q4_K => KMatrix::Q4_K(tiles(rows, cols, bytes)),
             GgmlType::Q5_K => KMatrix::Q5_K(tiles(rows, cols, bytes)),
             GgmlType::Q6_K => KMatrix::Q6_K(tiles(rows, cols, bytes)),
+            GgmlType::IQ4_XS => KMatrix::IQ4_XS(tiles(rows, cols, bytes)),
             _ => unreachable!("KMatrix::from_bytes is called for K-quant types only"),
         }
     }
@@ -148,6 +156,7 @@ impl Matrix {
             MatrixData::Q5_0(_) => GgmlType::Q5_0,
             MatrixData::Q5_1(_) => GgmlType::Q5_1,
             MatrixData::Q8_0(_) => GgmlType::Q8_0,
+            MatrixData::IQ4_NL(_) => GgmlType::IQ4_NL,
             MatrixData::K(ref k) => k.ty(),
         }
     }
@@ -161,6 +170,7 @@ impl Matrix {
                 | MatrixData::Q5_0(_)
                 | MatrixData::Q5_1(_)
                 | MatrixData::Q8_0(_)
+                | MatrixData::IQ4_NL(_)
                 | MatrixData::K(_)
         )
     }
@@ -240,6 +250,18 @@ impl Matrix {
         }
     }
 
+    /// An IQ4_NL matrix from row-major blocks, repacked into tiles.
+    pub fn from_iq4_nl(rows: usize, cols: usize, blocks: &[BlockIQ4NL]) -> Matrix {
+        let nb = cols / QK;
+        assert_eq!(blocks.len(), rows * nb, "from_iq4_nl: block count");
+        let tiles = tile_rows::<TileIQ4NL, _>(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        Matrix {
+            rows,
+            cols,
+            data: MatrixData::IQ4_NL(tiles),
+        }
+    }
+
     /// Builds a matrix from raw little-endian tensor bytes, checking the size.
     pub fn from_bytes(
         name: &str,
@@ -248,6 +270,7 @@ impl Matrix {
         cols: usize,
         bytes: &[u8],
     ) -> Result<Matrix> {
+        use crate::quant::iq4::iq4_nl_from_bytes;
         use crate::quant::*;
         let n = (rows as u64).checked_mul(cols as u64);
         let expected = n.and_then(|n| ty.bytes_for(n));
@@ -297,9 +320,13 @@ impl Matrix {
             GgmlType::Q5_0 => MatrixData::Q5_0(by_rows!(q5_0_from_bytes)),
             GgmlType::Q5_1 => MatrixData::Q5_1(by_rows!(q5_1_from_bytes)),
             GgmlType::Q8_0 => MatrixData::Q8_0(by_rows!(q8_0_from_bytes)),
-            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-                MatrixData::K(KMatrix::from_bytes(ty, rows, cols, bytes))
-            }
+            GgmlType::IQ4_NL => MatrixData::IQ4_NL(by_rows!(iq4_nl_from_bytes)),
+            GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS => MatrixData::K(KMatrix::from_bytes(ty, rows, cols, bytes)),
         };
         Ok(Matrix { rows, cols, data })
     }
@@ -328,6 +355,9 @@ impl Matrix {
             MatrixData::Q5_0(t) => dequantize_q5_0(&untile_row(t, nb, r), out),
             MatrixData::Q5_1(t) => dequantize_q5_1(&untile_row(t, nb, r), out),
             MatrixData::Q8_0(t) => dequantize_q8_0(&untile_row(t, nb, r), out),
+            MatrixData::IQ4_NL(t) => {
+                crate::quant::iq4::dequantize_iq4_nl(&untile_row(t, nb, r), out)
+            }
             MatrixData::K(k) => with_k!(k, t => {
                 let row = untile_row(t, c / QK_K, r);
                 for (b, o) in row.iter().zip(out.chunks_exact_mut(QK_K)) {
@@ -407,6 +437,9 @@ impl Matrix {
             MatrixData::Q5_0(_) => each!(Q5_0, |ds: &[&[TileQ5_0]]| tiled(ds, nb, source)),
             MatrixData::Q5_1(_) => each!(Q5_1, |ds: &[&[TileQ5_1]]| tiled(ds, nb, source)),
             MatrixData::Q8_0(_) => each!(Q8_0, |ds: &[&[TileQ8_0]]| tiled(ds, nb, source)),
+            MatrixData::IQ4_NL(_) => {
+                each!(IQ4_NL, |ds: &[&[TileIQ4NL]]| tiled(ds, nb, source))
+            }
             MatrixData::K(ref k) => {
                 let nbk = cols / QK_K;
                 macro_rules! each_k {
@@ -427,6 +460,7 @@ impl Matrix {
                     KMatrix::Q4_K(_) => each_k!(Q4_K),
                     KMatrix::Q5_K(_) => each_k!(Q5_K),
                     KMatrix::Q6_K(_) => each_k!(Q6_K),
+                    KMatrix::IQ4_XS(_) => each_k!(IQ4_XS),
                 }
             }
         };
@@ -466,6 +500,7 @@ impl Matrix {
             MatrixData::Q5_0(d) => std::mem::size_of_val(&d[..]),
             MatrixData::Q5_1(d) => std::mem::size_of_val(&d[..]),
             MatrixData::Q8_0(d) => std::mem::size_of_val(&d[..]),
+            MatrixData::IQ4_NL(d) => std::mem::size_of_val(&d[..]),
             MatrixData::K(k) => with_k!(k, t => std::mem::size_of_val(&t[..])),
         }
     }
@@ -535,6 +570,7 @@ pub struct Kernels {
     pub dot_q5_0_q8: fn(&[BlockQ5_0], &[BlockQ8Act]) -> f32,
     pub dot_q5_1_q8: fn(&[BlockQ5_1], &[BlockQ8Act]) -> f32,
     pub dot_q8_0_q8: fn(&[BlockQ8_0], &[BlockQ8Act]) -> f32,
+    pub dot_iq4_nl_q8: fn(&[BlockIQ4NL], &[BlockQ8Act]) -> f32,
     /// `out[t][i] = dot(w[first_row + i], x[t])` for every token t.
     pub matmul: fn(&Matrix, usize, &Input, &mut [&mut [f32]]),
     pub rmsnorm: fn(&[f32], &[f32], f32, &mut [f32]),

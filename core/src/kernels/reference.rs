@@ -4,6 +4,7 @@
 
 use super::math::exp;
 use super::{with_k, Input, KMatrix, Kernels, KvHead, KvSlice, Matrix, MatrixData};
+use crate::quant::iq4::{levels_of, BlockIQ4NL};
 use crate::quant::kquants::{KBlock, QK_K};
 use crate::quant::repack::{Tile, TILE_ROWS};
 use crate::quant::{
@@ -20,6 +21,7 @@ pub static KERNELS: Kernels = Kernels {
     dot_q5_0_q8,
     dot_q5_1_q8,
     dot_q8_0_q8,
+    dot_iq4_nl_q8,
     matmul,
     rmsnorm,
     silu_mul,
@@ -154,6 +156,13 @@ fn step_q8_0(acc: f32, wb: &BlockQ8_0, xb: &BlockQ8Act) -> f32 {
     acc + isum as f32 * (f16_to_f32(wb.d) * xb.d)
 }
 
+/// Rule 4, one IQ4_NL block: as Q8_0, the weights the levels of the indices.
+#[inline(always)]
+fn step_iq4_nl(acc: f32, wb: &BlockIQ4NL, xb: &BlockQ8Act) -> f32 {
+    let isum = dot_i8_block(&levels_of(&wb.qs), &xb.qs);
+    acc + isum as f32 * (f16_to_f32(wb.d) * xb.d)
+}
+
 /// Rule 4 for Q4_0 weights: exact integer sum per block, then `acc + isum * (dw * dx)` in block order.
 pub fn dot_q4_0_q8(w: &[BlockQ4_0], x: &[BlockQ8Act]) -> f32 {
     assert_eq!(w.len(), x.len(), "dot_q4_0_q8: block counts differ");
@@ -192,6 +201,14 @@ pub fn dot_q8_0_q8(w: &[BlockQ8_0], x: &[BlockQ8Act]) -> f32 {
     w.iter()
         .zip(x)
         .fold(0.0, |acc, (wb, xb)| step_q8_0(acc, wb, xb))
+}
+
+/// Rule 4 for IQ4_NL weights.
+pub fn dot_iq4_nl_q8(w: &[BlockIQ4NL], x: &[BlockQ8Act]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_iq4_nl_q8: block counts differ");
+    w.iter()
+        .zip(x)
+        .fold(0.0, |acc, (wb, xb)| step_iq4_nl(acc, wb, xb))
 }
 
 /// Rule 4 for the K-quants, one super-block against its 8 activation blocks: per 32-element
@@ -288,6 +305,9 @@ pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
                 }
                 (MatrixData::Q8_0(d), Input::Q8(x)) => {
                     dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_q8_0)
+                }
+                (MatrixData::IQ4_NL(d), Input::Q8(x)) => {
+                    dot_tiled(d, nb, r, &x[t * nb..(t + 1) * nb], step_iq4_nl)
                 }
                 (MatrixData::K(k), Input::Q8(x)) => {
                     let xt = &x[t * nb..(t + 1) * nb];

@@ -5,6 +5,7 @@
 
 use crate::kernels::math::{EXP_OVERFLOW, EXP_UNDERFLOW};
 use crate::kernels::{Matrix, MatrixData};
+use crate::quant::iq4::{BlockIQ4NL, BlockIQ4XS};
 use crate::quant::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, KBlock, QK_K};
 use crate::quant::{
     f32_to_bf16, f32_to_f16, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlType, QK,
@@ -165,6 +166,15 @@ pub fn q8_0_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockQ8_0> {
         .collect()
 }
 
+/// IQ4_NL blocks: [`q4_0_blocks`]' scales and nibbles (every index, the extremes 0 and 15
+/// now and then).
+pub fn iq4_nl_blocks(rng: &mut Rng, nb: usize) -> Vec<BlockIQ4NL> {
+    q4_0_blocks(rng, nb)
+        .into_iter()
+        .map(|b| BlockIQ4NL { d: b.d, qs: b.qs })
+        .collect()
+}
+
 /// K-quant super-blocks: random quants and sub-block scales, [`Rng::scale_f16`] super-block
 /// scales (the minimum scale negated now and then).
 pub fn k_blocks<B: KBlock>(rng: &mut Rng, n: usize) -> Vec<B> {
@@ -220,6 +230,8 @@ pub fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> M
         GgmlType::Q4_K => return k_matrix::<BlockQ4K>(rng, ty, rows, cols),
         GgmlType::Q5_K => return k_matrix::<BlockQ5K>(rng, ty, rows, cols),
         GgmlType::Q6_K => return k_matrix::<BlockQ6K>(rng, ty, rows, cols),
+        GgmlType::IQ4_NL => return Matrix::from_iq4_nl(rows, cols, &iq4_nl_blocks(rng, nb)),
+        GgmlType::IQ4_XS => return k_matrix::<BlockIQ4XS>(rng, ty, rows, cols),
     };
     Matrix { rows, cols, data }
 }

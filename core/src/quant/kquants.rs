@@ -529,14 +529,14 @@ const GROUP_MAX_EPS: f32 = 1e-15;
 /// llama.cpp's `nearest_int`: round half to even by the 1.5 * 2^23 trick (exact for
 /// |x| <= 2^22; past that it wraps exactly as the C code does, never panics).
 #[inline(always)]
-fn nearest_int(x: f32) -> i32 {
+pub(super) fn nearest_int(x: f32) -> i32 {
     let val = x + 12_582_912.0;
     (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
 }
 
 /// The element of largest magnitude, with its sign (the first of equals), or `None` when
 /// every magnitude is below [`GROUP_MAX_EPS`] (the group counts as zeros).
-fn largest_magnitude(x: &[f32]) -> Option<f32> {
+pub(super) fn largest_magnitude(x: &[f32]) -> Option<f32> {
     let mut max = 0.0f32;
     let mut amax = 0.0f32;
     for &v in x {

@@ -1,6 +1,7 @@
 //! Tensor element types and the GGUF block formats, with llama.cpp's reference quantizers
 //! (same bytes as llama-quantize writes) and exact dequantizers. Reference code, not optimized.
 
+pub mod iq4;
 pub mod kquants;
 pub mod repack;
 
@@ -24,6 +25,8 @@ pub enum GgmlType {
     Q4_K,
     Q5_K,
     Q6_K,
+    IQ4_NL,
+    IQ4_XS,
     BF16,
 }
 
@@ -32,12 +35,18 @@ impl GgmlType {
     pub const fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                QK
-            }
-            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-                kquants::QK_K
-            }
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL => QK,
+            GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS => kquants::QK_K,
         }
     }
 
@@ -56,6 +65,8 @@ impl GgmlType {
             GgmlType::Q4_K => kquants::BlockQ4K::BYTES,
             GgmlType::Q5_K => kquants::BlockQ5K::BYTES,
             GgmlType::Q6_K => kquants::BlockQ6K::BYTES,
+            GgmlType::IQ4_NL => std::mem::size_of::<iq4::BlockIQ4NL>(),
+            GgmlType::IQ4_XS => iq4::BlockIQ4XS::BYTES,
         }
     }
 
@@ -74,6 +85,8 @@ impl GgmlType {
             GgmlType::Q4_K => 12,
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
+            GgmlType::IQ4_NL => 20,
+            GgmlType::IQ4_XS => 23,
             GgmlType::BF16 => 30,
         }
     }
@@ -93,6 +106,8 @@ impl GgmlType {
             12 => GgmlType::Q4_K,
             13 => GgmlType::Q5_K,
             14 => GgmlType::Q6_K,
+            20 => GgmlType::IQ4_NL,
+            23 => GgmlType::IQ4_XS,
             30 => GgmlType::BF16,
             _ => return None,
         })
@@ -624,6 +639,8 @@ pub fn dequantize_bytes(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
         GgmlType::Q4_K => kquants::dequantize_bytes::<kquants::BlockQ4K>(bytes),
         GgmlType::Q5_K => kquants::dequantize_bytes::<kquants::BlockQ5K>(bytes),
         GgmlType::Q6_K => kquants::dequantize_bytes::<kquants::BlockQ6K>(bytes),
+        GgmlType::IQ4_NL => blocks_to_f32(bytes, iq4::iq4_nl_from_bytes, iq4::dequantize_iq4_nl),
+        GgmlType::IQ4_XS => kquants::dequantize_bytes::<iq4::BlockIQ4XS>(bytes),
     }
 }
 
@@ -673,6 +690,8 @@ pub fn quantize_bytes(ty: GgmlType, x: &[f32]) -> crate::Result<Vec<u8>> {
         GgmlType::Q4_K => kquants::blocks_to_bytes(&kquants::quantize_q4_k(x)),
         GgmlType::Q5_K => kquants::blocks_to_bytes(&kquants::quantize_q5_k(x)),
         GgmlType::Q6_K => kquants::blocks_to_bytes(&kquants::quantize_q6_k(x)),
+        GgmlType::IQ4_NL => iq4::iq4_nl_to_bytes(&iq4::quantize_iq4_nl(x)),
+        GgmlType::IQ4_XS => kquants::blocks_to_bytes(&iq4::quantize_iq4_xs(x)),
     })
 }
 

@@ -10,7 +10,8 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::{self, ATTENTION_BLOCK};
-use crate::kernels::{Input, KMatrix, KvHead, KvSlice, Matrix, MatrixData};
+use crate::kernels::{with_k, Input, KMatrix, KvHead, KvSlice, Matrix, MatrixData};
+use crate::quant::iq4::{TileIQ4NL, TileIQ4XS, LEVELS};
 use crate::quant::kquants::{TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K};
 use crate::quant::repack::{
     check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
@@ -828,7 +829,7 @@ fn broadcast_columns_i16(x: &BlockQ8Act) -> [v128; 8] {
 /// Σ over columns of (rows 0..4 or 4..8 as i8x16) · (column's activations as i16x8 pairs):
 /// returns the 4 rows' dots. `w[c]` are the rows' 4 bytes of column c, `x[c]` its activations.
 #[inline(always)]
-fn dot_widened<const C: usize>(w: &[v128; C], x: &[v128; C]) -> v128 {
+pub fn dot_widened<const C: usize>(w: &[v128; C], x: &[v128; C]) -> v128 {
     let mut rows01 = i32x4_splat(0);
     let mut rows23 = i32x4_splat(0);
     for c in 0..C {
@@ -928,6 +929,45 @@ impl IntDot<TileQ8_0> for Widen {
     }
 }
 
+/// Index columns (bytes 0..=15) -> the signed levels they pick.
+#[inline(always)]
+fn lookup_levels<const N: usize>(cols: [[v128; N]; 2]) -> [[v128; N]; 2] {
+    let table = i8x16(
+        LEVELS[0], LEVELS[1], LEVELS[2], LEVELS[3], LEVELS[4], LEVELS[5], LEVELS[6], LEVELS[7],
+        LEVELS[8], LEVELS[9], LEVELS[10], LEVELS[11], LEVELS[12], LEVELS[13], LEVELS[14],
+        LEVELS[15],
+    );
+    cols.map(|h| h.map(|c| i8x16_swizzle(table, c)))
+}
+
+impl WeightTile for TileIQ4NL {
+    const HAS_MIN: bool = false;
+    #[inline(always)]
+    fn scales(&self) -> ([v128; 2], [v128; 2]) {
+        let d = load_u16x8(&self.d, 0);
+        (f16x8_to_f32(d, no_inf_nan(d)), [f32x4_splat(0.0); 2])
+    }
+}
+
+/// IQ4_NL: Q8_0's signed weights, looked up from the index nibbles.
+impl IntDot<TileIQ4NL> for Widen {
+    type Weights = [[v128; 8]; 2];
+    type Activations = [v128; 8];
+    const OFFSET: i32 = 0;
+    #[inline(always)]
+    fn weights(tile: &TileIQ4NL) -> [[v128; 8]; 2] {
+        lookup_levels(nibble_weights(&tile.qs))
+    }
+    #[inline(always)]
+    fn activations(block: &BlockQ8Act) -> [v128; 8] {
+        broadcast_columns_i16(block)
+    }
+    #[inline(always)]
+    fn dot(w: &[[v128; 8]; 2], x: &[v128; 8]) -> [v128; 2] {
+        [dot_widened(&w[0], x), dot_widened(&w[1], x)]
+    }
+}
+
 /// Q8_0's signed quants as bytes (the loads only move them into a v128).
 #[inline(always)]
 fn tile_bytes(qs: &[i8; ROWS * QK]) -> &[u8; ROWS * QK] {
@@ -1002,6 +1042,8 @@ pub trait KWeightTile: Tile {
     const OFFSET: i32;
     /// The largest stored quant (bounds the relaxed dot's i16 pair sums).
     const MAX_Q: i32;
+    /// The quants are signed (IQ4_XS's levels): the dots take [`KIntDot::dot_half_signed`].
+    const SIGNED: bool = false;
     /// Sub-block j's 8 columns, `[rows 0..4 / 4..8][k]`: lane r holds row r's unsigned quants of
     /// elements 4k .. 4k + 4 of the sub-block.
     fn unpack(&self, j: usize) -> [[v128; 8]; 2];
@@ -1240,6 +1282,8 @@ pub trait KIntDot {
     /// Lane r: Σ over the 16 elements of half `half` of u · x for the 4 rows of `w` (w's 4
     /// columns of that half, unsigned quants 0..=max_q), exact.
     fn dot_half(w: &[v128; 4], x: &Self::Activations, half: usize, max_q: i32) -> v128;
+    /// As [`KIntDot::dot_half`] for signed quants (-128..=127).
+    fn dot_half_signed(w: &[v128; 4], x: &Self::Activations, half: usize) -> v128;
 }
 
 impl KIntDot for Widen {
@@ -1252,6 +1296,32 @@ impl KIntDot for Widen {
     fn dot_half(w: &[v128; 4], x: &[v128; 8], half: usize, _max_q: i32) -> v128 {
         let x: [v128; 4] = std::array::from_fn(|c| x[4 * half + c]);
         dot_widened(w, &x)
+    }
+    /// The widening dot sign-extends the weights: signed quants need nothing else.
+    #[inline(always)]
+    fn dot_half_signed(w: &[v128; 4], x: &[v128; 8], half: usize) -> v128 {
+        Self::dot_half(w, x, half, 127)
+    }
+}
+
+impl KWeightTile for TileIQ4XS {
+    const HAS_MIN: bool = false;
+    const OFFSET: i32 = 0;
+    const MAX_Q: i32 = 127;
+    const SIGNED: bool = true;
+    /// Sub-block j's indices unpack as an IQ4_NL tile's, then the levels are looked up.
+    #[inline(always)]
+    fn unpack(&self, j: usize) -> [[v128; 8]; 2] {
+        lookup_levels(nibble_weights(&self.qs[j]))
+    }
+    #[inline(always)]
+    fn scales(&self, j: usize) -> [[v128; 2]; 2] {
+        let v = i8x8_to_i32(&self.sc[j]);
+        [v, v]
+    }
+    #[inline(always)]
+    fn factors(&self) -> ([v128; 2], [v128; 2]) {
+        d_only(&self.d)
     }
 }
 
@@ -1279,8 +1349,17 @@ fn tile_k<D: KIntDot, W: KWeightTile, const T: usize>(
                 let sx1 = xb.sum - sx0;
                 let dx = f32x4_splat(xb.d);
                 *a = std::array::from_fn(|h| {
-                    let mut isum0 = D::dot_half(&halves[h][0], &xa, 0, W::MAX_Q);
-                    let mut isum1 = D::dot_half(&halves[h][1], &xa, 1, W::MAX_Q);
+                    let (mut isum0, mut isum1) = if W::SIGNED {
+                        (
+                            D::dot_half_signed(&halves[h][0], &xa, 0),
+                            D::dot_half_signed(&halves[h][1], &xa, 1),
+                        )
+                    } else {
+                        (
+                            D::dot_half(&halves[h][0], &xa, 0, W::MAX_Q),
+                            D::dot_half(&halves[h][1], &xa, 1, W::MAX_Q),
+                        )
+                    };
                     if W::OFFSET != 0 {
                         isum0 = i32x4_sub(isum0, i32x4_splat(W::OFFSET * sx0));
                         isum1 = i32x4_sub(isum1, i32x4_splat(W::OFFSET * sx1));
@@ -1448,6 +1527,7 @@ where
         + IntDot<TileQ5_0>
         + IntDot<TileQ5_1>
         + IntDot<TileQ8_0>
+        + IntDot<TileIQ4NL>
         + KIntDot,
 {
     let (rows, cols, nb) = (w.rows, w.cols, w.cols / QK);
@@ -1467,18 +1547,15 @@ where
         (MatrixData::Q8_0(d), Input::Q8(x)) => {
             matmul_q::<D, TileQ8_0>(d, rows, nb, first_row, x, out)
         }
+        (MatrixData::IQ4_NL(d), Input::Q8(x)) => {
+            matmul_q::<D, TileIQ4NL>(d, rows, nb, first_row, x, out)
+        }
         (MatrixData::F32(d), Input::F32(x)) => matmul_f::<F32Lanes>(d, cols, first_row, x, out),
         (MatrixData::F16(d), Input::F32(x)) => matmul_f::<F16Lanes>(d, cols, first_row, x, out),
         (MatrixData::BF16(d), Input::F32(x)) => matmul_f::<BF16Lanes>(d, cols, first_row, x, out),
         (MatrixData::K(k), Input::Q8(x)) => {
             let nbk = cols / QK_K;
-            match k {
-                KMatrix::Q2_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
-                KMatrix::Q3_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
-                KMatrix::Q4_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
-                KMatrix::Q5_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
-                KMatrix::Q6_K(d) => matmul_k::<D, _>(d, rows, nbk, first_row, x, out),
-            }
+            with_k!(k, d => matmul_k::<D, _>(d, rows, nbk, first_row, x, out))
         }
         _ => panic!("matmul: weight type and activation type do not match"),
     }
@@ -1490,6 +1567,7 @@ macro_rules! backend {
     ($name:literal, int_dot: $dot:ty) => {
         use crate::kernels::wasm32::common;
         use crate::kernels::{Input, Kernels, Matrix};
+        use crate::quant::iq4::{BlockIQ4NL, TileIQ4NL};
         use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0};
         use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
@@ -1502,6 +1580,7 @@ macro_rules! backend {
             dot_q5_0_q8,
             dot_q5_1_q8,
             dot_q8_0_q8,
+            dot_iq4_nl_q8,
             matmul,
             rmsnorm: common::rmsnorm,
             silu_mul: common::silu_mul,
@@ -1533,6 +1612,11 @@ macro_rules! backend {
         /// Otherwise identical to reference::dot_q8_0_q8.
         pub fn dot_q8_0_q8(w: &[BlockQ8_0], x: &[crate::quant::BlockQ8Act]) -> f32 {
             common::dot_q::<$dot, TileQ8_0>(w, x)
+        }
+
+        /// Otherwise identical to reference::dot_iq4_nl_q8.
+        pub fn dot_iq4_nl_q8(w: &[BlockIQ4NL], x: &[crate::quant::BlockQ8Act]) -> f32 {
+            common::dot_q::<$dot, TileIQ4NL>(w, x)
         }
 
         /// Otherwise identical to reference::matmul.

@@ -2,13 +2,16 @@
 //! `i16x8.relaxed_dot_i8x16_i7x16_s`, the activations as the signed operand and the
 //! unpacked nibbles (0..=15) as the 7-bit one. Its result is implementation-defined only when
 //! that operand exceeds 127, so here it is the exact dot on every engine. Q4_0's `q - 8` is
-//! taken as `dot(q, x) - 8 * sum_x` (rule 3's block sum). Q8_0 weights are signed (-127..=127),
-//! so they keep simd128's widening dot. The K-quants' unsigned quants (at most 63, Q6_K's
-//! q + 32) are the 7-bit operand too. Optimized twins of reference.rs, bit-identical.
+//! taken as `dot(q, x) - 8 * sum_x` (rule 3's block sum). Q8_0 weights and the IQ4 levels are
+//! signed (-127..=127), so they keep simd128's widening dot. The K-quants' unsigned quants (at
+//! most 63, Q6_K's q + 32) are the 7-bit operand too. Optimized twins of reference.rs,
+//! bit-identical.
 
 use core::arch::wasm32::*;
 
-use super::common::{unpack_nibble_columns, unpack_q5_columns, IntDot, KIntDot, Widen};
+use super::common::{
+    dot_widened, unpack_nibble_columns, unpack_q5_columns, IntDot, KIntDot, Widen,
+};
 use crate::quant::BlockQ8Act;
 
 super::common::backend!("relaxed", int_dot: RelaxedDot);
@@ -117,24 +120,32 @@ macro_rules! relaxed_q5 {
 relaxed_q5!(TileQ5_0, 16);
 relaxed_q5!(TileQ5_1, 0);
 
-/// Q8_0 weights span -127..=127, outside the 7-bit operand's range: simd128's widening dot.
-impl IntDot<TileQ8_0> for RelaxedDot {
-    type Weights = <Widen as IntDot<TileQ8_0>>::Weights;
-    type Activations = <Widen as IntDot<TileQ8_0>>::Activations;
-    const OFFSET: i32 = 0;
-    #[inline(always)]
-    fn weights(tile: &TileQ8_0) -> Self::Weights {
-        <Widen as IntDot<TileQ8_0>>::weights(tile)
-    }
-    #[inline(always)]
-    fn activations(block: &BlockQ8Act) -> Self::Activations {
-        <Widen as IntDot<TileQ8_0>>::activations(block)
-    }
-    #[inline(always)]
-    fn dot(w: &Self::Weights, x: &Self::Activations) -> [v128; 2] {
-        <Widen as IntDot<TileQ8_0>>::dot(w, x)
-    }
+/// Signed weights outside the 7-bit operand's range take simd128's widening dot.
+macro_rules! widened {
+    ($tile:ty) => {
+        impl IntDot<$tile> for RelaxedDot {
+            type Weights = <Widen as IntDot<$tile>>::Weights;
+            type Activations = <Widen as IntDot<$tile>>::Activations;
+            const OFFSET: i32 = <Widen as IntDot<$tile>>::OFFSET;
+            #[inline(always)]
+            fn weights(tile: &$tile) -> Self::Weights {
+                <Widen as IntDot<$tile>>::weights(tile)
+            }
+            #[inline(always)]
+            fn activations(block: &BlockQ8Act) -> Self::Activations {
+                <Widen as IntDot<$tile>>::activations(block)
+            }
+            #[inline(always)]
+            fn dot(w: &Self::Weights, x: &Self::Activations) -> [v128; 2] {
+                <Widen as IntDot<$tile>>::dot(w, x)
+            }
+        }
+    };
 }
+
+// Q8_0's quants span -127..=127, IQ4_NL's levels -127..=113.
+widened!(TileQ8_0);
+widened!(TileIQ4NL);
 
 /// The K-quants' sub-block halves: 4 columns of unsigned quants 0..=max_q (Q2_K 3, Q3_K's q + 4
 /// 7, Q4_K 15, Q5_K 31, Q6_K's q + 32 63) against the signed activations. One column's i16 pair
@@ -160,5 +171,12 @@ impl KIntDot for RelaxedDot {
                 i32x4_extadd_pairwise_i16x8(i16x8_add(pair(2), pair(3))),
             )
         }
+    }
+    /// Signed quants (IQ4_XS's levels) are no 7-bit operand: simd128's widening dot, the
+    /// broadcast activation bytes sign-extended (their low 8 bytes are the column's 4 twice).
+    #[inline(always)]
+    fn dot_half_signed(w: &[v128; 4], x: &[v128; 8], half: usize) -> v128 {
+        let x: [v128; 4] = std::array::from_fn(|c| i16x8_extend_low_i8x16(x[4 * half + c]));
+        dot_widened(w, &x)
     }
 }

@@ -8,6 +8,7 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::{self, ATTENTION_BLOCK};
+use crate::quant::iq4::{TileIQ4NL, TileIQ4XS, LEVELS};
 use crate::quant::kquants::{TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K};
 use crate::quant::repack::{
     check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
@@ -762,11 +763,69 @@ impl WeightTile for TileQ8_0 {
             out
         }
     }
-    /// The sign trick: |w| * (x with w's sign). |w| <= 128 and |x| <= 127 keep pair sums in i16.
     #[inline(always)]
     unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: avx2 is enabled in the caller.
-        unsafe { (_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)) }
+        // SAFETY: forwarded to the caller.
+        unsafe { sign_trick(w, x) }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
+    }
+}
+
+/// [`LEVELS`] plus `offset` (wrapping: +128 gives them as unsigned bytes) in both 128-bit
+/// halves: the table `shuffle_epi8` looks the 4-bit indices up in.
+#[inline(always)]
+unsafe fn level_table(offset: i8) -> __m256i {
+    // SAFETY: 16 readable bytes; avx2 is enabled in the caller.
+    unsafe {
+        let levels = LEVELS.map(|l| l.wrapping_add(offset));
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(levels.as_ptr().cast()))
+    }
+}
+
+/// Index columns (bytes 0..=15) -> the levels they pick from `table`.
+#[inline(always)]
+unsafe fn lookup_levels(mut cols: [__m256i; 8], table: __m256i) -> [__m256i; 8] {
+    // SAFETY: avx2 is enabled in the caller.
+    unsafe {
+        for c in cols.iter_mut() {
+            *c = _mm256_shuffle_epi8(table, *c);
+        }
+        cols
+    }
+}
+
+/// The sign trick for signed weights on `maddubs`: |w| * (x with w's sign) are the products
+/// w * x, with |w| <= 128 and |x| <= 127 keeping a pair's sum in i16.
+#[inline(always)]
+unsafe fn sign_trick(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
+    // SAFETY: avx2 is enabled in the caller.
+    unsafe { (_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)) }
+}
+
+// IQ4_NL: Q8_0's signed weights, looked up from the index nibbles.
+impl WeightTile for TileIQ4NL {
+    const HAS_MIN: bool = false;
+    const SUM_OFFSET: i32 = 0;
+    /// The levels + 128 as unsigned bytes.
+    const UNSIGNED_OFFSET: i32 = 128;
+    #[inline(always)]
+    unsafe fn unpack(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { lookup_levels(unpack_nibble_columns(&self.qs), level_table(0)) }
+    }
+    #[inline(always)]
+    unsafe fn unpack_unsigned(&self) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { lookup_levels(unpack_nibble_columns(&self.qs), level_table(-128)) }
+    }
+    #[inline(always)]
+    unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        unsafe { sign_trick(w, x) }
     }
     #[inline(always)]
     unsafe fn scales(&self) -> (__m256, __m256) {
@@ -1029,6 +1088,9 @@ pub trait KWeightTile: Tile {
     /// offset): then `s0 * isum_0 + s1 * isum_1 = s * isum` and `m0 * sum_x0 + m1 * sum_x1 =
     /// m * sum_x`, the same integers with no half sums.
     const SHARED_HALVES: bool = false;
+    /// The quants are signed (IQ4_XS's levels): the dots take |q| against x with q's sign
+    /// ([`sign_trick`], the same products), and MAX_Q bounds |q|.
+    const SIGNED: bool = false;
     /// Sub-block j's 8 columns: register k holds, in lane r, row r's unsigned quants of elements
     /// 4k .. 4k + 4 of the sub-block.
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8];
@@ -1297,6 +1359,34 @@ impl KWeightTile for TileQ6K {
     }
 }
 
+impl KWeightTile for TileIQ4XS {
+    const HAS_MIN: bool = false;
+    const OFFSET: i32 = 0;
+    /// |level| <= 127.
+    const MAX_Q: i32 = 127;
+    const SHARED_HALVES: bool = true;
+    const SIGNED: bool = true;
+    /// Sub-block j's indices unpack as an IQ4_NL tile's, then the levels are looked up.
+    #[inline(always)]
+    unsafe fn unpack(&self, j: usize) -> [__m256i; 8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { lookup_levels(unpack_nibble_columns(&self.qs[j]), level_table(0)) }
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, j: usize) -> (__m256i, __m256i) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            let v = i8x8_to_i32(&self.sc[j]);
+            (v, v)
+        }
+    }
+    #[inline(always)]
+    unsafe fn factors(&self) -> (__m256, __m256) {
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
+    }
+}
+
 /// Σ of an activation block's first 16 quants (the first half's `sum_x`), exact.
 #[inline(always)]
 unsafe fn half_sum(qs: &[i8; 32]) -> i32 {
@@ -1335,7 +1425,13 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
             let t = &*tiles.add(b);
             let (d, neg_dmin) = t.factors();
             for j in 0..8 {
-                let w = t.unpack(j);
+                let signed = t.unpack(j);
+                let mut w = signed;
+                if W::SIGNED {
+                    for c in w.iter_mut() {
+                        *c = _mm256_abs_epi8(*c);
+                    }
+                }
                 let (s0, s1) = t.scales(j);
                 let (m0, m1) = if W::HAS_MIN { t.mins(j) } else { (s0, s1) };
                 // Per lane the i16 pairs (s0, s1) and (m0, m1): one `madd` against a token's
@@ -1352,8 +1448,13 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
                 for (a, xt) in acc.iter_mut().zip(x) {
                     let xb = &*xt.add(8 * b + j);
                     let xq = xb.qs.as_ptr().cast::<i32>();
-                    let xs: [__m256i; 8] =
+                    let mut xs: [__m256i; 8] =
                         std::array::from_fn(|k| _mm256_set1_epi32(xq.add(k).read_unaligned()));
+                    if W::SIGNED {
+                        for (x, q) in xs.iter_mut().zip(&signed) {
+                            *x = _mm256_sign_epi8(*x, *q);
+                        }
+                    }
                     let (iscaled, imin) = if W::SHARED_HALVES {
                         // s0 == s1 and m0 == m1: one scale times the whole sub-block's dot, and
                         // m * sum_x as one `madd` (m in the low i16 of each lane, 0 above it).

@@ -39,7 +39,8 @@ macro_rules! backend {
         use std::sync::OnceLock;
 
         use crate::kernels::x86::common::{self, BF16Lanes, F16Lanes, F32Lanes};
-        use crate::kernels::{reference, Input, KMatrix, Kernels, KvHead, KvSlice, Matrix, MatrixData};
+        use crate::kernels::{reference, with_k, Input, KMatrix, Kernels, KvHead, KvSlice, Matrix, MatrixData};
+        use crate::quant::iq4::{BlockIQ4NL, TileIQ4NL};
         use crate::quant::kquants::QK_K;
         use crate::quant::repack::{TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0};
         use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8Act, BlockQ8_0, QK};
@@ -53,6 +54,7 @@ macro_rules! backend {
             dot_q5_0_q8,
             dot_q5_1_q8,
             dot_q8_0_q8,
+            dot_iq4_nl_q8,
             matmul,
             rmsnorm,
             silu_mul,
@@ -118,6 +120,7 @@ macro_rules! backend {
         dot_q!(dot_q5_0_q8, BlockQ5_0, TileQ5_0);
         dot_q!(dot_q5_1_q8, BlockQ5_1, TileQ5_1);
         dot_q!(dot_q8_0_q8, BlockQ8_0, TileQ8_0);
+        dot_q!(dot_iq4_nl_q8, BlockIQ4NL, TileIQ4NL);
 
         /// Otherwise identical to reference::matmul.
         pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
@@ -143,6 +146,9 @@ macro_rules! backend {
                         (MatrixData::Q8_0(d), Input::Q8(x)) => {
                             common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
+                        (MatrixData::IQ4_NL(d), Input::Q8(x)) => {
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
+                        }
                         (MatrixData::F32(d), Input::F32(x)) => {
                             common::matmul_f::<F32Lanes>(d, cols, first_row, x, out)
                         }
@@ -152,21 +158,9 @@ macro_rules! backend {
                         (MatrixData::BF16(d), Input::F32(x)) => {
                             common::matmul_f::<BF16Lanes>(d, cols, first_row, x, out)
                         }
-                        (MatrixData::K(KMatrix::Q2_K(d)), Input::Q8(x)) => {
+                        (MatrixData::K(k), Input::Q8(x)) => with_k!(k, d => {
                             common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
-                        }
-                        (MatrixData::K(KMatrix::Q3_K(d)), Input::Q8(x)) => {
-                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
-                        }
-                        (MatrixData::K(KMatrix::Q4_K(d)), Input::Q8(x)) => {
-                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
-                        }
-                        (MatrixData::K(KMatrix::Q5_K(d)), Input::Q8(x)) => {
-                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
-                        }
-                        (MatrixData::K(KMatrix::Q6_K(d)), Input::Q8(x)) => {
-                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
-                        }
+                        }),
                         _ => panic!("matmul: weight type and activation type do not match"),
                     }
                 }
