@@ -36,6 +36,7 @@ pub mod x86;
 #[allow(unsafe_code)] // disjoint output slices handed to threads
 pub mod tiles;
 
+use crate::formats::Release;
 use crate::quant::iq4::{BlockIQ4NL, TileIQ4NL, TileIQ4XS};
 use crate::quant::kquants::{
     blocks_from_bytes, KBlock, TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K,
@@ -122,24 +123,31 @@ impl KMatrix {
         }
     }
 
-    /// Tiles of `rows` rows of `cols / 256` super-blocks from stored bytes.
-    fn from_bytes(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> KMatrix {
-        fn tiles<T: Tile>(rows: usize, cols: usize, bytes: &[u8]) -> Vec<T>
+    /// Tiles of `rows` rows of `cols / 256` super-blocks from stored bytes, telling `release`
+    /// of the rows consumed as it goes ([`ReleasingRows`]).
+    fn from_bytes(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+        release: Release<'_>,
+    ) -> KMatrix {
+        fn tiles<T: Tile>(rows: usize, cols: usize, bytes: &[u8], release: Release<'_>) -> Vec<T>
         where
             T::Block: KBlock,
         {
-            let row_bytes = cols / QK_K * T::Block::BYTES;
+            let source = ReleasingRows::new(rows, bytes, release);
             tile_rows::<T, _>(rows, cols / QK_K, |r| {
-                blocks_from_bytes::<T::Block>(&bytes[r * row_bytes..(r + 1) * row_bytes])
+                blocks_from_bytes::<T::Block>(source.row(r))
             })
         }
         match ty {
-            GgmlType::Q2_K => KMatrix::Q2_K(tiles(rows, cols, bytes)),
-            GgmlType::Q3_K => KMatrix::Q3_K(tiles(rows, cols, bytes)),
-            GgmlType::Q4_K => KMatrix::Q4_K(tiles(rows, cols, bytes)),
-            GgmlType::Q5_K => KMatrix::Q5_K(tiles(rows, cols, bytes)),
-            GgmlType::Q6_K => KMatrix::Q6_K(tiles(rows, cols, bytes)),
-            GgmlType::IQ4_XS => KMatrix::IQ4_XS(tiles(rows, cols, bytes)),
+            GgmlType::Q2_K => KMatrix::Q2_K(tiles(rows, cols, bytes, release)),
+            GgmlType::Q3_K => KMatrix::Q3_K(tiles(rows, cols, bytes, release)),
+            GgmlType::Q4_K => KMatrix::Q4_K(tiles(rows, cols, bytes, release)),
+            GgmlType::Q5_K => KMatrix::Q5_K(tiles(rows, cols, bytes, release)),
+            GgmlType::Q6_K => KMatrix::Q6_K(tiles(rows, cols, bytes, release)),
+            GgmlType::IQ4_XS => KMatrix::IQ4_XS(tiles(rows, cols, bytes, release)),
             _ => unreachable!("KMatrix::from_bytes is called for K-quant types only"),
         }
     }
@@ -270,6 +278,20 @@ impl Matrix {
         cols: usize,
         bytes: &[u8],
     ) -> Result<Matrix> {
+        Self::from_bytes_releasing(name, ty, rows, cols, bytes, Release::default())
+    }
+
+    /// [`Matrix::from_bytes`], telling `release` of the bytes already copied as the rows are
+    /// tiled (every few MiB, and the whole tensor at the end), so a caller reading a memory map
+    /// can drop those pages while the tensor is still being built.
+    pub fn from_bytes_releasing(
+        name: &str,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+        release: Release<'_>,
+    ) -> Result<Matrix> {
         use crate::quant::iq4::iq4_nl_from_bytes;
         use crate::quant::*;
         let n = (rows as u64).checked_mul(cols as u64);
@@ -293,12 +315,10 @@ impl Matrix {
         }
         // Decoded a row at a time into the tiles: the largest tensor (Gemma 3's 178 MB token
         // embedding) never sits in memory twice while it is repacked.
-        let row_bytes = bytes.len().checked_div(rows).unwrap_or(0);
+        let source = ReleasingRows::new(rows, bytes, release);
         macro_rules! by_rows {
             ($decode:ident) => {
-                tile_rows(rows, cols / QK, |r| {
-                    $decode(&bytes[r * row_bytes..(r + 1) * row_bytes])
-                })
+                tile_rows(rows, cols / QK, |r| $decode(source.row(r)))
             };
         }
         let data = match ty {
@@ -326,8 +346,11 @@ impl Matrix {
             | GgmlType::Q4_K
             | GgmlType::Q5_K
             | GgmlType::Q6_K
-            | GgmlType::IQ4_XS => MatrixData::K(KMatrix::from_bytes(ty, rows, cols, bytes)),
+            | GgmlType::IQ4_XS => {
+                MatrixData::K(KMatrix::from_bytes(ty, rows, cols, bytes, release))
+            }
         };
+        release.tell(bytes);
         Ok(Matrix { rows, cols, data })
     }
 
@@ -506,6 +529,50 @@ impl Matrix {
     }
 }
 
+/// Bytes between two release calls while a matrix is tiled: large enough that the calls cost
+/// nothing next to the copying, small enough that a big tensor (a 262144-row embedding) never
+/// has its whole source resident beside its tiles.
+const RELEASE_BYTES: usize = 4 << 20;
+
+/// How far each release range reaches back into the previous one. A hook that drops whole
+/// memory pages inside the range it is told about (native/src/load.rs) would otherwise keep the
+/// page that straddles two ranges; 64 KiB covers every page size in use.
+const RELEASE_OVERLAP: usize = 64 << 10;
+
+/// The rows of a tensor's stored bytes, handed out in order while the rows before are told to
+/// a [`Release`] every [`RELEASE_BYTES`].
+struct ReleasingRows<'b, 'r> {
+    bytes: &'b [u8],
+    row_bytes: usize,
+    release: Release<'r>,
+    /// Bytes already told (the rows before this offset).
+    released: std::cell::Cell<usize>,
+}
+
+impl<'b, 'r> ReleasingRows<'b, 'r> {
+    fn new(rows: usize, bytes: &'b [u8], release: Release<'r>) -> Self {
+        ReleasingRows {
+            bytes,
+            row_bytes: bytes.len().checked_div(rows).unwrap_or(0),
+            release,
+            released: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Row r's bytes; rows are asked for in increasing order (as [`tile_rows`] does), so every
+    /// row before r has been copied.
+    fn row(&self, r: usize) -> &'b [u8] {
+        let start = r * self.row_bytes;
+        let told = self.released.get();
+        if start - told >= RELEASE_BYTES {
+            self.release
+                .tell(&self.bytes[told.saturating_sub(RELEASE_OVERLAP)..start]);
+            self.released.set(start);
+        }
+        &self.bytes[start..start + self.row_bytes]
+    }
+}
+
 /// The activations a matmul reads: f32 for float weights, Q8 blocks for quantized weights.
 /// Either is `n_tokens` rows laid end to end.
 #[derive(Debug, Clone, Copy)]
@@ -635,6 +702,44 @@ impl Kernels {
         match std::env::var("INFERNO_KERNELS") {
             Ok(name) if !name.is_empty() => Self::by_name(&name),
             _ => Ok(Self::best()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 4096 x 2048 Q8_0 tensor (8.9 MB): the loader is told of the rows already tiled about
+    /// every 4 MiB, in order, each range reaching back over the last, then of the whole tensor.
+    #[test]
+    fn from_bytes_releasing_q8_0_4096_rows_tells_4_mib_ranges_in_order_then_the_whole() {
+        let (rows, cols) = (4096, 2048);
+        let bytes = vec![0u8; rows * cols / QK * 34];
+        let told = std::cell::RefCell::new(Vec::new());
+        let base = bytes.as_ptr() as usize;
+        let hook = |b: &[u8]| {
+            let at = b.as_ptr() as usize - base;
+            told.borrow_mut().push((at, at + b.len()));
+        };
+        Matrix::from_bytes_releasing(
+            "w",
+            GgmlType::Q8_0,
+            rows,
+            cols,
+            &bytes,
+            Release(Some(&hook)),
+        )
+        .unwrap();
+        let told = told.into_inner();
+        assert_eq!(told.last(), Some(&(0, bytes.len())));
+        let chunks = &told[..told.len() - 1];
+        assert_eq!(chunks.len(), bytes.len() / RELEASE_BYTES);
+        assert_eq!(chunks[0].0, 0);
+        for pair in chunks.windows(2) {
+            assert_eq!(pair[1].0, pair[0].1 - RELEASE_OVERLAP);
+            assert!(pair[1].1 - pair[0].1 >= RELEASE_BYTES);
+            assert!(pair[1].1 - pair[0].1 < RELEASE_BYTES + 2048 / QK * 34);
         }
     }
 }

@@ -134,8 +134,8 @@ impl Weights {
         let matrix = |name: &str, rows: usize, cols: usize| -> Result<Matrix> {
             let t = tensor(source, name)?;
             check_shape(t, &[rows, cols])?;
-            let m = Matrix::from_bytes(name, t.ty, rows, cols, t.data)?;
-            source.release.tell(t.data);
+            // Told of the source rows as they are tiled, and of the whole tensor at the end.
+            let m = Matrix::from_bytes_releasing(name, t.ty, rows, cols, t.data, source.release)?;
             if m.wants_q8() && cols % QK != 0 {
                 return Err(Error::ShapeMismatch {
                     name: name.into(),
