@@ -7,6 +7,9 @@ use crate::engine::Engine;
 use crate::model::{KvCache, LogitsFor, Scratch, Sequence};
 use crate::{Error, Result};
 
+/// Tokens per forward pass of a long prefill ([`Session::prefill`], [`Session::append`]).
+pub const PREFILL_CHUNK: usize = 512;
+
 #[derive(Clone)]
 pub struct Session {
     engine: Engine,
@@ -146,11 +149,64 @@ impl Session {
         })
     }
 
-    /// One forward pass; the logits stay in the scratch (the last position's are kept).
+    /// Prefills again the tokens whose positions the cache no longer holds (after a
+    /// truncation past what a windowed layer kept, see [`Session::truncate`]), a chunk at a
+    /// time.
+    fn catch_up(&mut self) -> Result<()> {
+        while self.cache.len < self.tokens.len() {
+            let held = self.cache.len;
+            let end = self.tokens.len().min(held + PREFILL_CHUNK);
+            let e = &self.engine;
+            let result = e.weights().forward(
+                e.compute(),
+                &mut self.cache,
+                &mut self.scratch,
+                &self.tokens[held..end],
+                LogitsFor::None,
+            );
+            if let Err(err) = result {
+                let _ = self.cache.truncate(held);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens` through the model; the logits stay in the scratch (the last position's
+    /// are kept). A long prefill that wants at most the last logits goes [`PREFILL_CHUNK`]
+    /// tokens per forward: the same bits (batched == token by token), work buffers sized by
+    /// the chunk rather than the prompt, and windowed layers' caches trimmed between chunks.
     fn run(&mut self, tokens: &[u32], want: LogitsFor) -> Result<()> {
+        if want == LogitsFor::All || tokens.len() <= PREFILL_CHUNK {
+            return self.run_one(tokens, want);
+        }
+        // Checked before the first chunk, so a bad prompt leaves the session as it was.
+        let c = self.engine.config();
+        if self.tokens.len() + tokens.len() > c.context_length {
+            return Err(Error::ContextOverflow {
+                needed: self.tokens.len() + tokens.len(),
+                context: c.context_length,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::InvalidToken {
+                id: bad,
+                vocab_size: c.vocab_size,
+            });
+        }
+        let (head, last) = tokens.split_at(tokens.len() - (tokens.len() - 1) % PREFILL_CHUNK - 1);
+        for chunk in head.chunks(PREFILL_CHUNK) {
+            self.run_one(chunk, LogitsFor::None)?;
+        }
+        self.run_one(last, want)
+    }
+
+    /// One forward pass over `tokens`.
+    fn run_one(&mut self, tokens: &[u32], want: LogitsFor) -> Result<()> {
         if tokens.is_empty() {
             return Ok(());
         }
+        self.catch_up()?;
         let e = &self.engine;
         let result = e.weights().forward(
             e.compute(),
@@ -167,8 +223,9 @@ impl Session {
                 Ok(())
             }
             Err(err) => {
-                // A failed forward may have written part of the cache: drop what is not ours.
-                self.cache.truncate(self.tokens.len());
+                // A failed forward may have written part of the cache: drop what is not ours
+                // (never past what the windowed layers keep: nothing of ours was dropped).
+                let _ = self.cache.truncate(self.tokens.len());
                 Err(err)
             }
         }
@@ -215,13 +272,22 @@ impl Session {
         ))
     }
 
-    /// Drops every position >= n. A length change: nothing is copied or recomputed.
+    /// Drops every position >= n. A length change: nothing is copied or recomputed, unless a
+    /// windowed layer (Mistral, Gemma 3) has already let go of positions the next token would
+    /// see, which only happens going back more than the window: then the next append prefills
+    /// the first n tokens again (the same bits as when they were first prefilled).
     pub fn truncate(&mut self, n: usize) {
         if n < self.tokens.len() {
             self.tokens.truncate(n);
-            self.cache.truncate(n);
+            let _ = self.cache.truncate(n);
             self.last_logits = None;
         }
+    }
+
+    /// Positions the KV cache holds for layer `l` (a windowed layer keeps about 2 to 4 windows;
+    /// the others every position).
+    pub fn cache_positions_held(&self, l: usize) -> usize {
+        self.cache.rows_held(l)
     }
 
     /// A copy of this session (e.g. a prefilled system prompt every conversation starts from).
@@ -291,6 +357,11 @@ pub fn append_batch<'s>(scratch: &'s mut Scratch, parts: &mut [Append<'_>]) -> R
             p.session.len()
         )));
     }
+    for p in parts.iter_mut() {
+        if !p.tokens.is_empty() {
+            p.session.catch_up()?;
+        }
+    }
     let mut sequences: Vec<Sequence<'_>> = parts
         .iter_mut()
         .map(|p| Sequence {
@@ -310,7 +381,7 @@ pub fn append_batch<'s>(scratch: &'s mut Scratch, parts: &mut [Append<'_>]) -> R
             // A failed forward may have grown a cache: drop what is not ours.
             for p in parts.iter_mut() {
                 let len = p.session.tokens.len();
-                p.session.cache.truncate(len);
+                let _ = p.session.cache.truncate(len);
             }
             return Err(err);
         }

@@ -12,6 +12,7 @@ use inferno_core::engine::{Engine, EngineOptions};
 use inferno_core::formats::gguf::GgufWriter;
 use inferno_core::model::WeightDtype;
 use inferno_core::quant::GgmlType;
+use inferno_core::session::PREFILL_CHUNK;
 use inferno_native::synthetic::SplitMix64;
 use inferno_tests::smollm2_tokenizer_metadata;
 
@@ -397,4 +398,75 @@ fn mistral_sliding_window_5_agrees_with_f64_and_batched_equals_token_by_token() 
     assert_ne!(windowed[5 * VOCAB..], unwindowed[5 * VOCAB..]);
     let engine = Engine::from_gguf_bytes(&bytes, EngineOptions::default()).unwrap();
     assert_token_by_token_equals(&engine, &windowed);
+}
+
+/// A window of 5 keeps at most 4 windows' worth of positions (2 * (2W - 1) = 18) in every
+/// layer's cache over 60 decoded tokens, with every position's logits equal to one batched
+/// forward's; a rollback of W positions needs nothing dropped, and a truncation past what was
+/// kept prefills the prefix again: the same bits either way.
+#[test]
+fn mistral_window_5_cache_holds_at_most_18_positions_over_60_and_truncations_keep_the_bits() {
+    let c = ModelConfig {
+        sliding_window: Some(5),
+        ..config("mistral")
+    };
+    let layers = c.n_layers;
+    let (bytes, _) = model(c, None, 78);
+    let engine = Engine::from_gguf_bytes(&bytes, EngineOptions::default()).unwrap();
+    let tokens: Vec<u32> = (0..60).map(|i| PROMPT[i % 12] + i as u32).collect();
+    let batched = engine.new_session().append_all_logits(&tokens).unwrap();
+    let at = |p: usize| &batched[p * VOCAB..(p + 1) * VOCAB];
+    let same = |got: &[f32], p: usize| {
+        assert!(
+            got.iter()
+                .zip(at(p))
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "position {p}"
+        );
+    };
+    let mut s = engine.new_session();
+    for (p, &t) in tokens.iter().enumerate() {
+        same(&s.append_all_logits(&[t]).unwrap(), p);
+        for l in 0..layers {
+            assert!(s.cache_positions_held(l) <= 18, "layer {l} at {p}");
+        }
+    }
+    // Back 5 (a rejected draft, a regenerated reply): the kept rows still serve.
+    let held = s.cache_positions_held(0);
+    s.truncate(55);
+    assert_eq!(s.cache_positions_held(0), held - 5);
+    same(
+        &s.append_all_logits(&tokens[55..]).unwrap()[4 * VOCAB..],
+        59,
+    );
+    // Back to 10: dropped rows are needed, so the 10 are prefilled again on the next append.
+    s.truncate(10);
+    let again = s.append_all_logits(&tokens[10..]).unwrap();
+    for p in 10..60 {
+        same(&again[(p - 10) * VOCAB..(p - 9) * VOCAB], p);
+    }
+}
+
+/// A prefill longer than [`PREFILL_CHUNK`] (512) runs a chunk per forward (512 + 512 + 176):
+/// the last logits equal one batched forward's, and the windowed layers are trimmed as it goes.
+#[test]
+fn mistral_window_5_prefill_of_1200_tokens_in_chunks_equals_one_batch() {
+    let c = ModelConfig {
+        sliding_window: Some(5),
+        context_length: 2048,
+        ..config("mistral")
+    };
+    let (bytes, _) = model(c, None, 79);
+    let engine = Engine::from_gguf_bytes(&bytes, EngineOptions::default()).unwrap();
+    let tokens: Vec<u32> = (0..1200).map(|i| (i * 7919 % VOCAB) as u32).collect();
+    assert!(tokens.len() > 2 * PREFILL_CHUNK);
+    let batched = engine.new_session().append_all_logits(&tokens).unwrap();
+    let mut s = engine.new_session();
+    s.append(&tokens).unwrap();
+    assert!(s.cache_positions_held(0) <= 18);
+    let last = s.logits().unwrap();
+    assert!(last
+        .iter()
+        .zip(&batched[1199 * VOCAB..])
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
 }

@@ -1,6 +1,14 @@
 //! The KV cache of one sequence: per layer, one row of kv_dim per position for K and for V,
 //! f16 by the contract (rule 6) or f32 on the verification path. Owned by a session, never by
 //! the weights.
+//!
+//! A layer with a sliding window W (Mistral, five of Gemma 3's six layers) keeps only the
+//! positions a query can still see: from `first` on, at least [`LayerCache::keep`] of them
+//! (the window plus as many again, so a rollback of up to W positions, a speculative draft or
+//! a regenerated reply, never needs what was dropped). When it holds twice that, the oldest
+//! rows are dropped in one move, so a long conversation costs about 4W rows per such layer
+//! instead of its whole length, at an amortized copy of one row per token. The rows held are
+//! the same values either way: attention reads the same positions (rule 6).
 
 use super::WeightDtype;
 use crate::config::ModelConfig;
@@ -60,6 +68,14 @@ impl CacheData {
         }
     }
 
+    /// Drops the first `n` elements (the rest moves to the front; the allocation stays).
+    fn drop_front(&mut self, n: usize) {
+        match self {
+            CacheData::F16(d) => drop(d.drain(..n)),
+            CacheData::F32(d) => drop(d.drain(..n)),
+        }
+    }
+
     /// Stores `x` at element offset `at`.
     pub(super) fn write(&mut self, at: usize, x: &[f32]) {
         match self {
@@ -88,8 +104,41 @@ impl CacheData {
 
 #[derive(Debug, Clone)]
 pub struct LayerCache {
-    pub k: CacheData, // (positions, kv_dim)
-    pub v: CacheData, // (positions, kv_dim)
+    pub k: CacheData, // (positions first .., kv_dim)
+    pub v: CacheData, // (positions first .., kv_dim)
+    /// The position of the first row held (0 unless a window let older rows go).
+    pub first: usize,
+    /// The layer's sliding window, if any.
+    pub window: Option<usize>,
+}
+
+impl LayerCache {
+    /// Positions a windowed layer keeps behind the next one: the window (W - 1 earlier
+    /// positions are seen by the next query) and W more for rollbacks.
+    fn keep(&self) -> Option<usize> {
+        self.window.map(|w| 2 * w - 1)
+    }
+
+    /// Whether the query at position `p` finds every position it sees here.
+    fn serves(&self, p: usize) -> bool {
+        let sees_from = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
+        self.first <= sees_from
+    }
+
+    /// Lets the oldest rows go once twice [`LayerCache::keep`] are held past `first`, with
+    /// `len` positions in use.
+    fn compact(&mut self, len: usize, kv_dim: usize) {
+        let Some(keep) = self.keep() else {
+            return;
+        };
+        if len - self.first < 2 * keep {
+            return;
+        }
+        let drop = (len - keep - self.first) * kv_dim;
+        self.k.drop_front(drop);
+        self.v.drop_front(drop);
+        self.first = len - keep;
+    }
 }
 
 /// The KV cache of one sequence.
@@ -102,19 +151,47 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(config: &ModelConfig, dtype: WeightDtype) -> KvCache {
-        let layer = LayerCache {
-            k: CacheData::new(dtype),
-            v: CacheData::new(dtype),
-        };
-        KvCache {
-            layers: vec![layer; config.n_layers],
-            len: 0,
+        let layers = (0..config.n_layers)
+            .map(|l| LayerCache {
+                k: CacheData::new(dtype),
+                v: CacheData::new(dtype),
+                first: 0,
+                window: config.layer_window(l),
+            })
+            .collect();
+        KvCache { layers, len: 0 }
+    }
+
+    /// Drops every position >= n (a length change; the memory is reused). Returns false if a
+    /// windowed layer has already let go of positions the query at n would see: then the cache
+    /// is emptied, and the caller must prefill the first n tokens again.
+    #[must_use]
+    pub fn truncate(&mut self, n: usize) -> bool {
+        if n >= self.len {
+            return true;
+        }
+        self.len = n;
+        if self.layers.iter().all(|l| l.serves(n)) {
+            return true;
+        }
+        self.len = 0;
+        for l in &mut self.layers {
+            l.first = 0;
+        }
+        false
+    }
+
+    /// After a forward pass: windowed layers let go of rows no query can see any more.
+    pub fn compact(&mut self, kv_dim: usize) {
+        let len = self.len;
+        for l in &mut self.layers {
+            l.compact(len, kv_dim);
         }
     }
 
-    /// Drops every position >= n (a length change; the memory is reused).
-    pub fn truncate(&mut self, n: usize) {
-        self.len = self.len.min(n);
+    /// Rows layer `l` holds (its positions from `first` to `len`).
+    pub fn rows_held(&self, l: usize) -> usize {
+        self.len - self.layers[l].first
     }
 
     /// Bytes held for positions in use.
@@ -132,18 +209,21 @@ impl KvCache {
 
     /// Allocates room for `positions` positions now, so growing up to them never reallocates
     /// (a server reserves a request's whole need when it admits it).
+    /// (A windowed layer never holds more than twice its `keep` and one batch.)
     pub fn reserve(&mut self, positions: usize, kv_dim: usize) {
         for l in &mut self.layers {
-            l.k.reserve_total(positions * kv_dim);
-            l.v.reserve_total(positions * kv_dim);
+            let rows = l.keep().map_or(positions, |keep| positions.min(2 * keep));
+            l.k.reserve_total(rows * kv_dim);
+            l.v.reserve_total(rows * kv_dim);
         }
     }
 
     /// Frees the memory past the positions in use.
     pub fn shrink_to_fit(&mut self, kv_dim: usize) {
         for l in &mut self.layers {
-            l.k.shrink_to(self.len * kv_dim);
-            l.v.shrink_to(self.len * kv_dim);
+            let held = (self.len - l.first) * kv_dim;
+            l.k.shrink_to(held);
+            l.v.shrink_to(held);
         }
     }
 }

@@ -131,8 +131,8 @@ impl Weights {
         let kernels = compute.kernels;
         for (s, span) in sequences.iter_mut().zip(&spans) {
             for layer in s.cache.layers.iter_mut() {
-                layer.k.resize((span.pos0 + span.n) * kv_dim);
-                layer.v.resize((span.pos0 + span.n) * kv_dim);
+                layer.k.resize((span.pos0 + span.n - layer.first) * kv_dim);
+                layer.v.resize((span.pos0 + span.n - layer.first) * kv_dim);
             }
         }
         let qkv_dim = q_dim + 2 * kv_dim;
@@ -194,6 +194,9 @@ impl Weights {
             let half = head_dim / 2;
             for (s, span) in sequences.iter_mut().zip(&spans) {
                 let rows = span.row..span.row + span.n;
+                let layer_cache = &mut s.cache.layers[l];
+                // The row of position pos0 (a windowed layer may have let older rows go).
+                let row0 = span.pos0 - layer_cache.first;
                 qkv_to_cache(
                     kernels,
                     c,
@@ -202,8 +205,8 @@ impl Weights {
                     head,
                     &cos[rows.start * half..rows.end * half],
                     &sin[rows.start * half..rows.end * half],
-                    &mut s.cache.layers[l],
-                    span.pos0,
+                    layer_cache,
+                    row0,
                 );
             }
             clock.lap(Part::RopeCache);
@@ -245,6 +248,7 @@ impl Weights {
         }
         for (s, span) in sequences.iter_mut().zip(&spans) {
             s.cache.len = span.pos0 + span.n;
+            s.cache.compact(kv_dim);
         }
 
         // final RMSNorm and logits for the positions asked for, gathered into `proj`
@@ -338,7 +342,7 @@ fn attention_heads_per_item(n_heads: usize, group: usize, tokens: usize, threads
 }
 
 /// The q, k, v rows of these tokens, made ready for attention: biases (Qwen2), per-head QK-norm
-/// (Qwen3) and RoPE on q and k; then k and v into the cache at positions `pos0 ..`.
+/// (Qwen3) and RoPE on q and k; then k and v into the cache at rows `row0 ..`.
 #[allow(clippy::too_many_arguments)]
 fn qkv_to_cache(
     kernels: &Kernels,
@@ -349,7 +353,7 @@ fn qkv_to_cache(
     cos: &[f32],
     sin: &[f32],
     layer_cache: &mut LayerCache,
-    pos0: usize,
+    row0: usize,
 ) {
     let (head_dim, q_dim, kv_dim) = (c.head_dim, c.q_dim(), c.kv_dim());
     let half = head_dim / 2;
@@ -375,9 +379,9 @@ fn qkv_to_cache(
         );
         (kernels.rope)(q, head_dim, cos_t, sin_t);
         (kernels.rope)(k, head_dim, cos_t, sin_t);
-        // K and V into the cache at position pos0 + t
-        layer_cache.k.write((pos0 + t) * kv_dim, k);
-        layer_cache.v.write((pos0 + t) * kv_dim, v);
+        // K and V into the cache at row row0 + t
+        layer_cache.k.write((row0 + t) * kv_dim, k);
+        layer_cache.v.write((row0 + t) * kv_dim, v);
     }
 }
 
@@ -433,16 +437,17 @@ fn attention(
                 }
                 // Token t + i is at position pos + i of its sequence.
                 let pos = span.pos0 + (t - span.row);
+                let cache = &sequences[s].cache.layers[layer];
                 let kv_head = KvHead {
-                    keys: sequences[s].cache.layers[layer].k.view(),
-                    values: sequences[s].cache.layers[layer].v.view(),
+                    keys: cache.k.view(),
+                    values: cache.v.view(),
                     positions: pos + 1,
                     kv_dim,
                     offset,
                     head_dim,
                     scale,
                 };
-                attend(compute, &kv_head, &qs[..run], outs, window);
+                attend(compute, &kv_head, cache.first, &qs[..run], outs, window);
                 j += run;
             }
         },
@@ -450,11 +455,13 @@ fn attention(
 }
 
 /// Queries `qs` of one sequence, the first seeing `kv_head.positions` positions and each next
-/// one more, attend over its cache: in one kernel call when no window cuts their view, else
-/// one call per query from its window's first position.
+/// one more, attend over its cache, whose rows start at position `held_from`: in one kernel
+/// call when no window cuts their view, else one call per query from its window's first
+/// position.
 fn attend(
     compute: Compute<'_>,
     kv_head: &KvHead<'_>,
+    held_from: usize,
     qs: &[&[f32]],
     outs: &mut [&mut [f32]],
     window: Option<usize>,
@@ -463,15 +470,21 @@ fn attend(
     let window_start = |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
     let first = kv_head.positions - 1;
     if window_start(first + outs.len().saturating_sub(1)) == 0 {
+        assert_eq!(
+            held_from, 0,
+            "attention: a cache without its first rows and no window"
+        );
         (compute.kernels.attention)(qs, kv_head, outs);
         return;
     }
     for (j, out) in outs.iter_mut().enumerate() {
         let p = first + j;
         let lo = window_start(p);
+        // The cache keeps every position a query can see (KvCache::compact).
+        let row = lo - held_from;
         let windowed = KvHead {
-            keys: kv_head.keys.from_position(lo, kv_head.kv_dim),
-            values: kv_head.values.from_position(lo, kv_head.kv_dim),
+            keys: kv_head.keys.from_position(row, kv_head.kv_dim),
+            values: kv_head.values.from_position(row, kv_head.kv_dim),
             positions: p + 1 - lo,
             ..*kv_head
         };
