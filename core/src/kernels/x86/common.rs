@@ -871,7 +871,9 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
             for j in 0..T {
                 let xb = &*x[j].add(b);
                 let xq = xb.qs.as_ptr().cast::<i32>();
-                let mut isum = _mm256_setzero_si256();
+                // Two chains (even and odd k) so consecutive dots don't wait on each other's
+                // latency; i32 addition is exact, so their sum is the same integer.
+                let mut isums = [_mm256_setzero_si256(); 2];
                 for (k, wk) in w.iter().enumerate() {
                     let xk = _mm256_set1_epi32(xq.add(k).read_unaligned());
                     let (u, s) = if D::SATURATES {
@@ -879,8 +881,9 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
                     } else {
                         (*wk, xk)
                     };
-                    isum = D::dot_acc(isum, u, s);
+                    isums[k % 2] = D::dot_acc(isums[k % 2], u, s);
                 }
+                let mut isum = _mm256_add_epi32(isums[0], isums[1]);
                 if offset != 0 {
                     isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(offset * xb.sum));
                 }
