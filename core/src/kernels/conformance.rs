@@ -326,18 +326,58 @@ fn matmul_k_extreme_case(
             GgmlType::IQ4_XS => filled_k::<BlockIQ4XS>(ty, rows + 1, cols, fill, d, dmin),
             _ => filled_k::<BlockQ6K>(ty, rows + 1, cols, fill, d, dmin),
         };
-        let mut x: Vec<f32> = (0..tokens * cols)
-            .map(|i| match sign {
-                0.0 if (i / 3) % 2 == 0 => 1.0,
-                0.0 => -1.0,
-                _ => sign,
-            })
-            .collect();
-        if sign == 0.0 && rng.below(2) == 0 {
-            x.iter_mut().step_by(QK).for_each(|v| *v = -3e4);
-        }
+        let x = extreme_activations(rng, tokens, cols, sign);
         matmul_eq(k, &w, 1, rows, tokens, &x)
     })
+}
+
+/// A 32-element block type's matrix of `rows` rows and 256 columns whose every quant byte is
+/// `fill` (0xff: every 4-bit quant 15, the largest in-place high nibble a one-token dot reads;
+/// 0x88, 0x77: the levels next to the middle; 0: the smallest) with scale `d` and, for Q4_1 and
+/// Q5_1, minimum `m` (f16 bits), against activations at the int8 extremes as in
+/// [`matmul_k_extreme_case`], `tokens` tokens.
+fn matmul_block_extreme_case(
+    ty: GgmlType,
+    fill: u8,
+    (d, m): (u16, u16),
+    sign: f32,
+    rows: usize,
+    tokens: usize,
+) -> Case {
+    let name = format!(
+        "matmul_block_extreme(type={},fill={fill:#04x},d={d:#06x},m={m:#06x},sign={sign},rows={rows},tokens={tokens})",
+        ty.name()
+    );
+    Case::new(name, move |k, rng| {
+        let cols = 256;
+        let block_bytes = ty.bytes_for(QK as u64).expect("a block type") as usize;
+        let has_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
+        let mut block = vec![fill; block_bytes];
+        block[..2].copy_from_slice(&d.to_le_bytes());
+        if has_min {
+            block[2..4].copy_from_slice(&m.to_le_bytes());
+        }
+        let bytes = block.repeat((rows + 1) * cols / QK);
+        let w = Matrix::from_bytes("filled", ty, rows + 1, cols, &bytes).expect("whole blocks");
+        let x = extreme_activations(rng, tokens, cols, sign);
+        matmul_eq(k, &w, 1, rows, tokens, &x)
+    })
+}
+
+/// `tokens` x `cols` activations whose quants are all +-127: of alternating sign (in runs of 3)
+/// with, on half the draws, one huge negative value per block when `sign` is 0, else all `sign`.
+fn extreme_activations(rng: &mut Rng, tokens: usize, cols: usize, sign: f32) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..tokens * cols)
+        .map(|i| match sign {
+            0.0 if (i / 3) % 2 == 0 => 1.0,
+            0.0 => -1.0,
+            _ => sign,
+        })
+        .collect();
+    if sign == 0.0 && rng.below(2) == 0 {
+        x.iter_mut().step_by(QK).for_each(|v| *v = -3e4);
+    }
+    x
 }
 
 /// A K-quant matrix whose every block is `fill` bytes with super-block scales `d`, `dmin`.
@@ -381,6 +421,27 @@ fn matmul(all: &mut Vec<Case>) {
         for rows in 1..=70 {
             for tokens in [1, 2, 3, 4, 5, 8, 9] {
                 all.push(matmul_case(ty, rows, 64, tokens, rows % 6));
+            }
+        }
+    }
+    // Every quant byte at an extreme, with the extreme scales (65504, -65504, the smallest
+    // subnormal, inf, NaN), one token (4-bit quants read in place on VNNI backends) and five.
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL] {
+        for fill in [0xff, 0x88, 0x77, 0x00] {
+            for scales in [
+                (0x7bff, 0x7bff),
+                (0xfbff, 0x7bff),
+                (0x0001, 0x8001),
+                (0x7c00, 0x3c00),
+                (0x7e00, 0x3c00),
+            ] {
+                for (rows, tokens) in [(1, 1), (9, 1), (9, 5)] {
+                    for sign in [0.0, 1.0, -1.0] {
+                        all.push(matmul_block_extreme_case(
+                            ty, fill, scales, sign, rows, tokens,
+                        ));
+                    }
+                }
             }
         }
     }
@@ -631,6 +692,7 @@ mod tests {
             "rope",
             "dot_q8",
             "matmul",
+            "matmul_block_extreme",
             "matmul_k_extreme",
             "attention",
         ] {
