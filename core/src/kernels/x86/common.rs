@@ -1155,6 +1155,14 @@ pub trait KWeightTile: Tile {
     /// Sub-block j's 8 columns: register k holds, in lane r, row r's unsigned quants of elements
     /// 4k .. 4k + 4 of the sub-block.
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8];
+    /// Q4_K: for odd j, sub-block j's quants as [`KWeightTile::unpack`] gives them but times 16
+    /// (the high nibbles masked in place, not shifted down), for a one-token dot that does not
+    /// saturate; others None. Read only for SHARED_HALVES types (one scale per sub-block).
+    #[inline(always)]
+    unsafe fn unpack_times_16(&self, j: usize) -> Option<[__m256i; 8]> {
+        let _ = j;
+        None
+    }
     /// Integer scales of sub-block j's two halves, one i32 lane per row.
     unsafe fn scales(&self, j: usize) -> (__m256i, __m256i);
     /// Integer minimums of sub-block j's halves (read only when HAS_MIN).
@@ -1200,6 +1208,22 @@ unsafe fn d_and_neg_dmin(d: &[u16; 8], dmin: &[u16; 8]) -> (__m256, __m256) {
     }
 }
 
+/// Sub-block j's (odd j) 4-bit quants in Q4_K's layout times 16: chunk j / 2's high nibbles
+/// masked in place.
+#[inline(always)]
+unsafe fn k4_high_nibbles_in_place(qs: &[u8; 8 * 128], j: usize) -> [__m256i; 8] {
+    // SAFETY: chunk j / 2 is 256 readable bytes; avx2 is enabled in the caller.
+    unsafe {
+        let high = _mm256_set1_epi8(0xf0u8 as i8);
+        let chunk = qs.as_ptr().add(256 * (j / 2));
+        let mut out = [_mm256_setzero_si256(); 8];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = _mm256_and_si256(_mm256_loadu_si256(chunk.add(32 * k).cast()), high);
+        }
+        out
+    }
+}
+
 /// Sub-block j's 4-bit quants in Q4_K's layout (chunk j / 2, low nibbles for even j).
 #[inline(always)]
 unsafe fn k4_nibble_columns(qs: &[u8; 8 * 128], j: usize) -> [__m256i; 8] {
@@ -1229,6 +1253,11 @@ impl KWeightTile for TileQ4K {
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
         unsafe { k4_nibble_columns(&self.qs, j) }
+    }
+    #[inline(always)]
+    unsafe fn unpack_times_16(&self, j: usize) -> Option<[__m256i; 8]> {
+        // SAFETY: forwarded to the caller.
+        (j % 2 == 1).then(|| unsafe { k4_high_nibbles_in_place(&self.qs, j) })
     }
     #[inline(always)]
     unsafe fn scales(&self, j: usize) -> (__m256i, __m256i) {
@@ -1486,7 +1515,19 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
             let t = &*tiles.add(b);
             let (d, neg_dmin) = t.factors();
             for j in 0..8 {
-                let signed = t.unpack(j);
+                // One token on a dot that does not saturate: Q4_K's high nibbles are taken in
+                // place as 16 q and the exact scaled sum (|16 q x s| summed over 32 elements
+                // stays below 2^26) divided by 16 with one shift, where unpacking them takes a
+                // shift per column.
+                let times_16 = if D::SATURATES || T > 1 || !W::SHARED_HALVES {
+                    None
+                } else {
+                    t.unpack_times_16(j)
+                };
+                let signed = match times_16 {
+                    Some(w) => w,
+                    None => t.unpack(j),
+                };
                 let mut w = signed;
                 if W::SIGNED {
                     for c in w.iter_mut() {
@@ -1519,7 +1560,10 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
                     let (iscaled, imin) = if W::SHARED_HALVES {
                         // s0 == s1 and m0 == m1: one scale times the whole sub-block's dot, and
                         // m * sum_x as one `madd` (m in the low i16 of each lane, 0 above it).
-                        let iscaled = D::dot_cols_scaled(&w, &xs, W::MAX_Q, s0);
+                        let mut iscaled = D::dot_cols_scaled(&w, &xs, W::MAX_Q, s0);
+                        if times_16.is_some() {
+                            iscaled = _mm256_srai_epi32::<4>(iscaled);
+                        }
                         (iscaled, _mm256_madd_epi16(m0, _mm256_set1_epi32(xb.sum)))
                     } else {
                         let (x0, x1) = (
