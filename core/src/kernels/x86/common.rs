@@ -995,6 +995,9 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
             };
             let (lane_lo, lane_hi, at) = group_lanes(g, groups, first_row, end_row);
             let group = tiles.as_ptr().add(g * nb);
+            // A whole single group's lanes go straight to the outputs; partial groups and
+            // pairs pass through `lanes`.
+            let direct = groups == 1 && lane_hi - lane_lo == ROWS;
             let mut t0 = 0;
             while t0 < n_tokens {
                 let tt = (n_tokens - t0).min(D::TOKENS);
@@ -1005,6 +1008,14 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
                         if groups == 2 {
                             D::tile_pair::<W, $t>(group, &xs, nb, &mut lanes);
+                        } else if direct {
+                            let acc = tile::<D, W, $t>(group, &xs, nb);
+                            for (j, a) in acc.into_iter().enumerate() {
+                                // at + ROWS <= out[t0 + j].len(): the whole group is inside
+                                // the rows asked for (check_matmul_q checked every output).
+                                let o = &mut out[t0 + j][at..at + ROWS];
+                                _mm256_storeu_ps(o.as_mut_ptr(), a);
+                            }
                         } else {
                             let acc = tile::<D, W, $t>(group, &xs, nb);
                             for (lane, a) in lanes.iter_mut().zip(acc) {
@@ -1023,9 +1034,11 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                     2 => run!(2),
                     _ => run!(1),
                 }
-                for (j, lane) in lanes.iter().take(tt).enumerate() {
-                    out[t0 + j][at..at + lane_hi - lane_lo]
-                        .copy_from_slice(&lane[lane_lo..lane_hi]);
+                if !direct {
+                    for (j, lane) in lanes.iter().take(tt).enumerate() {
+                        out[t0 + j][at..at + lane_hi - lane_lo]
+                            .copy_from_slice(&lane[lane_lo..lane_hi]);
+                    }
                 }
                 t0 += tt;
             }
@@ -1629,6 +1642,8 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
         for g in first_row / ROWS..end_row.div_ceil(ROWS) {
             let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
             let group = tiles.as_ptr().add(g * nbk);
+            // A whole group's lanes go straight to the outputs; a partial one through `lanes`.
+            let direct = lane_hi - lane_lo == ROWS;
             let mut t0 = 0;
             while t0 < n_tokens {
                 let tt = (n_tokens - t0).min(4);
@@ -1638,8 +1653,16 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
                         let acc = tile_k::<D, W, $t>(group, &xs, nbk, n_tokens <= 4);
-                        for (lane, a) in lanes.iter_mut().zip(acc) {
-                            _mm256_storeu_ps(lane.as_mut_ptr(), a);
+                        if direct {
+                            for (j, a) in acc.into_iter().enumerate() {
+                                // The whole group is inside the rows asked for.
+                                let o = &mut out[t0 + j][at..at + ROWS];
+                                _mm256_storeu_ps(o.as_mut_ptr(), a);
+                            }
+                        } else {
+                            for (lane, a) in lanes.iter_mut().zip(acc) {
+                                _mm256_storeu_ps(lane.as_mut_ptr(), a);
+                            }
                         }
                     }};
                 }
@@ -1649,9 +1672,11 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
                     2 => run!(2),
                     _ => run!(1),
                 }
-                for (j, lane) in lanes.iter().take(tt).enumerate() {
-                    out[t0 + j][at..at + lane_hi - lane_lo]
-                        .copy_from_slice(&lane[lane_lo..lane_hi]);
+                if !direct {
+                    for (j, lane) in lanes.iter().take(tt).enumerate() {
+                        out[t0 + j][at..at + lane_hi - lane_lo]
+                            .copy_from_slice(&lane[lane_lo..lane_hi]);
+                    }
                 }
                 t0 += tt;
             }
