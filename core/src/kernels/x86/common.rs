@@ -959,6 +959,43 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
     }
 }
 
+/// Token t0 + j's 8 lanes of one row group: straight into its output at `at` when the whole
+/// group is rows asked for (`direct`), else into `lanes[j]`, which [`copy_lanes`] copies out.
+#[inline(always)]
+unsafe fn store_lanes<const T: usize, const L: usize>(
+    acc: [__m256; T],
+    direct: bool,
+    out: &mut [&mut [f32]],
+    (t0, at): (usize, usize),
+    lanes: &mut [[f32; L]],
+) {
+    for (j, a) in acc.into_iter().enumerate() {
+        // Bounds-checked slices: check_matmul_q checked every output's length, and a direct
+        // group lies wholly inside the rows asked for.
+        let dst = if direct {
+            &mut out[t0 + j][at..at + ROWS]
+        } else {
+            &mut lanes[j][..ROWS]
+        };
+        // SAFETY: dst holds ROWS floats; avx is enabled in the caller.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), a) };
+    }
+}
+
+/// The lanes lane_lo..lane_hi of the first `tokens` rows of `lanes` into the outputs at `at`
+/// (the part of a row group that is rows asked for).
+fn copy_lanes<const L: usize>(
+    lanes: &[[f32; L]],
+    tokens: usize,
+    out: &mut [&mut [f32]],
+    (t0, at): (usize, usize),
+    (lane_lo, lane_hi): (usize, usize),
+) {
+    for (j, lane) in lanes.iter().take(tokens).enumerate() {
+        out[t0 + j][at..at + lane_hi - lane_lo].copy_from_slice(&lane[lane_lo..lane_hi]);
+    }
+}
+
 /// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
 /// are a tiled matrix of `rows` rows of `nb` blocks. Otherwise identical to reference::matmul.
 /// Row groups only partly inside the range compute all 8 lanes and keep the ones asked for.
@@ -1008,19 +1045,9 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
                         if groups == 2 {
                             D::tile_pair::<W, $t>(group, &xs, nb, &mut lanes);
-                        } else if direct {
-                            let acc = tile::<D, W, $t>(group, &xs, nb);
-                            for (j, a) in acc.into_iter().enumerate() {
-                                // at + ROWS <= out[t0 + j].len(): the whole group is inside
-                                // the rows asked for (check_matmul_q checked every output).
-                                let o = &mut out[t0 + j][at..at + ROWS];
-                                _mm256_storeu_ps(o.as_mut_ptr(), a);
-                            }
                         } else {
                             let acc = tile::<D, W, $t>(group, &xs, nb);
-                            for (lane, a) in lanes.iter_mut().zip(acc) {
-                                _mm256_storeu_ps(lane.as_mut_ptr(), a);
-                            }
+                            store_lanes(acc, direct, out, (t0, at), &mut lanes);
                         }
                     }};
                 }
@@ -1035,10 +1062,7 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                     _ => run!(1),
                 }
                 if !direct {
-                    for (j, lane) in lanes.iter().take(tt).enumerate() {
-                        out[t0 + j][at..at + lane_hi - lane_lo]
-                            .copy_from_slice(&lane[lane_lo..lane_hi]);
-                    }
+                    copy_lanes(&lanes, tt, out, (t0, at), (lane_lo, lane_hi));
                 }
                 t0 += tt;
             }
@@ -1653,17 +1677,7 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
                         let acc = tile_k::<D, W, $t>(group, &xs, nbk, n_tokens <= 4);
-                        if direct {
-                            for (j, a) in acc.into_iter().enumerate() {
-                                // The whole group is inside the rows asked for.
-                                let o = &mut out[t0 + j][at..at + ROWS];
-                                _mm256_storeu_ps(o.as_mut_ptr(), a);
-                            }
-                        } else {
-                            for (lane, a) in lanes.iter_mut().zip(acc) {
-                                _mm256_storeu_ps(lane.as_mut_ptr(), a);
-                            }
-                        }
+                        store_lanes(acc, direct, out, (t0, at), &mut lanes);
                     }};
                 }
                 match tt {
@@ -1673,10 +1687,7 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
                     _ => run!(1),
                 }
                 if !direct {
-                    for (j, lane) in lanes.iter().take(tt).enumerate() {
-                        out[t0 + j][at..at + lane_hi - lane_lo]
-                            .copy_from_slice(&lane[lane_lo..lane_hi]);
-                    }
+                    copy_lanes(&lanes, tt, out, (t0, at), (lane_lo, lane_hi));
                 }
                 t0 += tt;
             }
