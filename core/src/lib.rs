@@ -9,6 +9,7 @@
 //! - [`kernels`]: THE reduction contract and the per-backend function tables.
 //! - [`parallel`]: how core asks for independent work to be split; [`pool`]: the spin pool that
 //!   runs it on threads it is handed (core never spawns threads itself).
+//! - [`memory`]: the weights' buffers, in 2 MiB pages on Linux.
 //! - [`model`]: immutable weights and the forward pass.
 //! - [`session`]: tokens + KV cache; append / truncate / fork / sync_draft.
 //! - [`sampler`]: seeded, portable token selection.
@@ -42,8 +43,8 @@
 //! # }
 //! ```
 // `unsafe` only where it is named below: the SIMD backends (kernels::x86, kernels::wasm32), the
-// output tiles handed to threads (kernels::tiles) and the spin pool (pool); each block says why
-// it is sound in a `// SAFETY:` line.
+// output tiles handed to threads (kernels::tiles), the spin pool (pool) and the weights' huge-page
+// mappings (memory); each block says why it is sound in a `// SAFETY:` line.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -56,6 +57,7 @@ pub mod eval;
 pub mod formats;
 pub mod generate;
 pub mod kernels;
+pub mod memory;
 pub mod model;
 pub mod parallel;
 #[allow(unsafe_code)] // lifetime-erased jobs shared with the workers

@@ -95,7 +95,7 @@ fn weight_tensors(w: &Weights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         let inferno_core::kernels::MatrixData::F32(data) = f.data else {
             unreachable!("to_f32 gives f32")
         };
-        out.push((name, vec![m.rows, m.cols], data));
+        out.push((name, vec![m.rows, m.cols], data.to_vec()));
     };
     let vector =
         |out: &mut Vec<_>, name: String, v: &[f32]| out.push((name, vec![v.len()], v.to_vec()));

@@ -37,6 +37,7 @@ pub mod x86;
 pub mod tiles;
 
 use crate::formats::Release;
+use crate::memory::Buf;
 use crate::quant::iq4::{BlockIQ4NL, TileIQ4NL, TileIQ4XS};
 use crate::quant::kquants::{
     blocks_from_bytes, KBlock, TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K,
@@ -67,18 +68,18 @@ pub struct Matrix {
 #[derive(Debug, Clone)]
 #[allow(non_camel_case_types)]
 pub enum MatrixData {
-    F32(Vec<f32>),
+    F32(Buf<f32>),
     /// f16 bits.
-    F16(Vec<u16>),
+    F16(Buf<u16>),
     /// bf16 bits.
-    BF16(Vec<u16>),
+    BF16(Buf<u16>),
     /// Row-interleaved tiles, see [`Matrix`].
-    Q4_0(Vec<TileQ4_0>),
-    Q4_1(Vec<TileQ4_1>),
-    Q5_0(Vec<TileQ5_0>),
-    Q5_1(Vec<TileQ5_1>),
-    Q8_0(Vec<TileQ8_0>),
-    IQ4_NL(Vec<TileIQ4NL>),
+    Q4_0(Buf<TileQ4_0>),
+    Q4_1(Buf<TileQ4_1>),
+    Q5_0(Buf<TileQ5_0>),
+    Q5_1(Buf<TileQ5_1>),
+    Q8_0(Buf<TileQ8_0>),
+    IQ4_NL(Buf<TileIQ4NL>),
     /// A K-quant (super-blocks of 256), in tiles of 8 rows.
     K(KMatrix),
 }
@@ -87,13 +88,13 @@ pub enum MatrixData {
 #[derive(Debug, Clone)]
 #[allow(non_camel_case_types)]
 pub enum KMatrix {
-    Q2_K(Vec<TileQ2K>),
-    Q3_K(Vec<TileQ3K>),
-    Q4_K(Vec<TileQ4K>),
-    Q5_K(Vec<TileQ5K>),
-    Q6_K(Vec<TileQ6K>),
+    Q2_K(Buf<TileQ2K>),
+    Q3_K(Buf<TileQ3K>),
+    Q4_K(Buf<TileQ4K>),
+    Q5_K(Buf<TileQ5K>),
+    Q6_K(Buf<TileQ6K>),
     /// IQ4_XS: super-blocks of 256 with sub-block scales, as the K-quants.
-    IQ4_XS(Vec<TileIQ4XS>),
+    IQ4_XS(Buf<TileIQ4XS>),
 }
 
 /// `$body` once for whichever K type `$k` holds, with `$t` bound to its tiles.
@@ -132,7 +133,7 @@ impl KMatrix {
         bytes: &[u8],
         release: Release<'_>,
     ) -> KMatrix {
-        fn tiles<T: Tile>(rows: usize, cols: usize, bytes: &[u8], release: Release<'_>) -> Vec<T>
+        fn tiles<T: Tile>(rows: usize, cols: usize, bytes: &[u8], release: Release<'_>) -> Buf<T>
         where
             T::Block: KBlock,
         {
@@ -322,7 +323,7 @@ impl Matrix {
             };
         }
         let data = match ty {
-            GgmlType::F32 => MatrixData::F32(dequantize_bytes(ty, bytes)),
+            GgmlType::F32 => MatrixData::F32(dequantize_bytes(ty, bytes).into()),
             GgmlType::F16 => MatrixData::F16(
                 bytes
                     .chunks_exact(2)
@@ -392,7 +393,7 @@ impl Matrix {
 
     /// The same matrix with f32 elements (the `--dtype f32` verification path).
     pub fn to_f32(&self) -> Matrix {
-        let mut data = vec![0.0f32; self.rows * self.cols];
+        let mut data = Buf::filled(0.0f32, self.rows * self.cols);
         for (r, row) in data
             .chunks_exact_mut(self.cols.max(1))
             .enumerate()
@@ -419,7 +420,7 @@ impl Matrix {
         fn plain<T: Copy>(d: &[T], per_row: usize, r: usize) -> &[T] {
             &d[r * per_row..(r + 1) * per_row]
         }
-        fn tiled<T: Tile>(parts: &[&[T]], nb: usize, source: &[(usize, usize)]) -> Vec<T> {
+        fn tiled<T: Tile>(parts: &[&[T]], nb: usize, source: &[(usize, usize)]) -> Buf<T> {
             let rows: Vec<Vec<T::Block>> = source
                 .iter()
                 .map(|&(p, r)| untile_row(parts[p], nb, r))
@@ -436,7 +437,7 @@ impl Matrix {
                         _ => unreachable!("types checked equal"),
                     })
                     .collect();
-                MatrixData::$variant($gather(&ds))
+                MatrixData::$variant($gather(&ds).into())
             }};
         }
         let flat = |ds: &[&[f32]]| -> Vec<f32> {

@@ -207,7 +207,7 @@ pub fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> M
     let n = rows * cols;
     let nb = n / QK;
     let data = match ty {
-        GgmlType::F32 => MatrixData::F32(rng.edgy_values(n, false)),
+        GgmlType::F32 => MatrixData::F32(rng.edgy_values(n, false).into()),
         GgmlType::F16 => MatrixData::F16(
             rng.edgy_values(n, false)
                 .into_iter()

@@ -477,7 +477,8 @@ mod tests {
                 qs: std::array::from_fn(|j| (i * 16 + j) as u8),
             })
             .collect();
-        let tiles: Vec<TileIQ4NL> = tile_rows(rows, nb, |r| &nl[r * nb..(r + 1) * nb]);
+        let tiles: crate::memory::Buf<TileIQ4NL> =
+            tile_rows(rows, nb, |r| &nl[r * nb..(r + 1) * nb]);
         let xs: Vec<BlockIQ4XS> = (0..rows * nb)
             .map(|i| {
                 let mut b = BlockIQ4XS {
@@ -489,7 +490,8 @@ mod tests {
                 b
             })
             .collect();
-        let xtiles: Vec<TileIQ4XS> = tile_rows(rows, nb, |r| &xs[r * nb..(r + 1) * nb]);
+        let xtiles: crate::memory::Buf<TileIQ4XS> =
+            tile_rows(rows, nb, |r| &xs[r * nb..(r + 1) * nb]);
         for r in 0..rows {
             assert_eq!(untile_row(&tiles, nb, r), &nl[r * nb..(r + 1) * nb]);
             assert_eq!(untile_row(&xtiles, nb, r), &xs[r * nb..(r + 1) * nb]);

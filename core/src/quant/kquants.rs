@@ -1276,15 +1276,15 @@ mod tile_tests {
         let b4: Vec<BlockQ4K> = (0..rows * nb)
             .map(|_| BlockQ4K::from_bytes(&raw(144)))
             .collect();
-        let t4: Vec<TileQ4K> = tile_rows(rows, nb, |r| &b4[r * nb..(r + 1) * nb]);
+        let t4: crate::memory::Buf<TileQ4K> = tile_rows(rows, nb, |r| &b4[r * nb..(r + 1) * nb]);
         let b6: Vec<BlockQ6K> = (0..rows * nb)
             .map(|_| BlockQ6K::from_bytes(&raw(210)))
             .collect();
-        let t6: Vec<TileQ6K> = tile_rows(rows, nb, |r| &b6[r * nb..(r + 1) * nb]);
+        let t6: crate::memory::Buf<TileQ6K> = tile_rows(rows, nb, |r| &b6[r * nb..(r + 1) * nb]);
         let b5: Vec<BlockQ5K> = (0..rows * nb)
             .map(|_| BlockQ5K::from_bytes(&raw(176)))
             .collect();
-        let t5: Vec<TileQ5K> = tile_rows(rows, nb, |r| &b5[r * nb..(r + 1) * nb]);
+        let t5: crate::memory::Buf<TileQ5K> = tile_rows(rows, nb, |r| &b5[r * nb..(r + 1) * nb]);
         for r in 0..rows {
             assert_eq!(untile_row(&t5, nb, r), &b5[r * nb..(r + 1) * nb]);
             assert_eq!(untile_row(&t4, nb, r), &b4[r * nb..(r + 1) * nb]);
@@ -1473,11 +1473,11 @@ mod low_bit_tile_tests {
         let b2: Vec<BlockQ2K> = (0..rows * nb)
             .map(|_| BlockQ2K::from_bytes(&raw(&mut s, 84)))
             .collect();
-        let t2: Vec<TileQ2K> = tile_rows(rows, nb, |r| &b2[r * nb..(r + 1) * nb]);
+        let t2: crate::memory::Buf<TileQ2K> = tile_rows(rows, nb, |r| &b2[r * nb..(r + 1) * nb]);
         let b3: Vec<BlockQ3K> = (0..rows * nb)
             .map(|_| BlockQ3K::from_bytes(&raw(&mut s, 110)))
             .collect();
-        let t3: Vec<TileQ3K> = tile_rows(rows, nb, |r| &b3[r * nb..(r + 1) * nb]);
+        let t3: crate::memory::Buf<TileQ3K> = tile_rows(rows, nb, |r| &b3[r * nb..(r + 1) * nb]);
         for r in 0..rows {
             assert_eq!(untile_row(&t2, nb, r), &b2[r * nb..(r + 1) * nb]);
             assert_eq!(untile_row(&t3, nb, r), &b3[r * nb..(r + 1) * nb]);

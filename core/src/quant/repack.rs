@@ -12,6 +12,7 @@
 //! A last partial group is padded with zero blocks (d = 0), whose outputs nobody reads.
 
 use super::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK};
+use crate::memory::Buf;
 
 /// Rows per tile: one i32 / f32 lane of a 256-bit register each.
 pub const TILE_ROWS: usize = 8;
@@ -221,9 +222,10 @@ pub fn tile_rows<T: Tile, R: AsRef<[T::Block]>>(
     rows: usize,
     blocks_per_row: usize,
     row: impl Fn(usize) -> R,
-) -> Vec<T> {
+) -> Buf<T> {
     let groups = rows.div_ceil(TILE_ROWS);
-    let mut tiles = vec![T::ZERO; groups * blocks_per_row];
+    // Written in place: a weight matrix is never in memory twice while it is repacked.
+    let mut tiles = Buf::filled(T::ZERO, groups * blocks_per_row);
     for r in 0..rows {
         let blocks = row(r);
         let blocks = blocks.as_ref();
@@ -259,7 +261,7 @@ mod tests {
                 qs: std::array::from_fn(|j| (i * 16 + j) as u8),
             })
             .collect();
-        let tiles: Vec<TileQ4_1> = tile_rows(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
+        let tiles: Buf<TileQ4_1> = tile_rows(rows, nb, |r| &blocks[r * nb..(r + 1) * nb]);
         assert_eq!(tiles.len(), 2 * nb);
         for r in 0..rows {
             assert_eq!(untile_row(&tiles, nb, r), &blocks[r * nb..(r + 1) * nb]);

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use inferno_core::engine::{Engine, EngineOptions};
+use inferno_core::memory::{self, Buf};
 use inferno_core::parallel::Parallel;
 use inferno_core::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
@@ -78,6 +79,9 @@ pub struct BenchRow {
     /// The process's peak resident memory once the model was loaded (before the 1 GiB
     /// bandwidth probe), MB; 0 where unknown.
     pub peak_rss_mb: f64,
+    /// Of that, MB in 2 MiB pages (inferno_core::memory; `INFERNO_HUGE_PAGES=0` turns them
+    /// off); 0 where unknown.
+    pub huge_pages_mb: f64,
 }
 
 /// The process's peak resident set (VmHWM) in bytes, where the OS reports it.
@@ -109,8 +113,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     let engine = load::load_engine(&path, EngineOptions::default())?;
     let peak_rss_mb = peak_rss_bytes().unwrap_or(0) as f64 / 1e6;
+    // Nothing else big is allocated yet: this is the weights' share in 2 MiB pages.
+    let huge_pages_mb = memory::huge_page_bytes().unwrap_or(0) as f64 / 1e6;
     eprintln!(
-        "peak resident memory after load: {peak_rss_mb:.1} MB (weights {:.1} MB)",
+        "peak resident memory after load: {peak_rss_mb:.1} MB (weights {:.1} MB, {huge_pages_mb:.1} MB in 2 MiB pages)",
         engine.weights().byte_size() as f64 / 1e6
     );
     let context = engine.config().context_length;
@@ -188,6 +194,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                     / bandwidth_gb_s.max(1e-9),
                 copy_gb_s,
                 peak_rss_mb,
+                huge_pages_mb,
             };
             if args.json {
                 println!("{}", serde_json::to_string(&row)?);
@@ -265,14 +272,13 @@ fn print_table(rows: &[BenchRow], to_stderr: bool) {
 }
 
 /// Sums a 1 GiB array with every thread of `pool` (contiguous slices, one per thread) and
-/// returns the best of 3 passes in GB/s. The sum is what a decode step does to the weights.
+/// returns the best of 3 passes in GB/s. The sum is what a decode step does to the weights, and
+/// the array lives in the same kind of memory as they do (2 MiB pages where the OS gives them,
+/// inferno_core::memory), so the percentage compares like with like.
 pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<f64> {
     const BYTES: usize = 1 << 30;
-    let mut data: Vec<u64> = Vec::new();
-    data.try_reserve_exact(BYTES / 8)
-        .context("cannot allocate 1 GiB")?;
     // Written, not just allocated, so that every page is really mapped before timing.
-    data.resize(BYTES / 8, 1);
+    let data = Buf::try_filled(1u64, BYTES / 8).context("cannot allocate 1 GiB")?;
     // Many parts, not one per thread: a worker that was asleep when the job began still gets its
     // share (with one part each, the caller could read both halves before the worker woke).
     let parts = pool.threads() * 32;
@@ -305,13 +311,8 @@ pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<f64> {
 /// it; a read figure far above this would be a broken probe.
 pub fn copy_bandwidth_gb_s(pool: &dyn Parallel) -> Result<f64> {
     const BYTES: usize = 1 << 29;
-    let mut from: Vec<u64> = Vec::new();
-    let mut to: Vec<u64> = Vec::new();
-    from.try_reserve_exact(BYTES / 8)
-        .and_then(|_| to.try_reserve_exact(BYTES / 8))
-        .context("cannot allocate 2 x 512 MiB")?;
-    from.resize(BYTES / 8, 3);
-    to.resize(BYTES / 8, 0);
+    let from = Buf::try_filled(3u64, BYTES / 8).context("cannot allocate 2 x 512 MiB")?;
+    let mut to = Buf::try_filled(0u64, BYTES / 8).context("cannot allocate 2 x 512 MiB")?;
     let parts = pool.threads() * 32;
     let part_len = from.len().div_ceil(parts);
     let chunks: Vec<std::sync::Mutex<&mut [u64]>> =
