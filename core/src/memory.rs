@@ -84,7 +84,7 @@ impl<T: Copy> Buf<T> {
     }
 
     /// Whether this buffer has its own huge-page mapping (the OS may still back it with small
-    /// pages when none are free).
+    /// pages when none are free). The x86 matmuls prefetch only tiles that are not.
     pub fn is_mapped(&self) -> bool {
         match &self.storage {
             Storage::Vec(_) => false,
@@ -94,12 +94,19 @@ impl<T: Copy> Buf<T> {
     }
 }
 
-/// Buffers of at least one huge page, unless `INFERNO_HUGE_PAGES=0` (read once).
+/// Buffers of at least one huge page, unless `INFERNO_HUGE_PAGES=0` or transparent huge pages
+/// are off system-wide (both read once).
 #[cfg(target_os = "linux")]
 fn wants_huge_pages(bytes: usize) -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     bytes >= HUGE_PAGE
-        && *ENABLED.get_or_init(|| std::env::var("INFERNO_HUGE_PAGES").as_deref() != Ok("0"))
+        && *ENABLED.get_or_init(|| {
+            // Where the kernel never gives huge pages, a mapping of our own buys nothing, and
+            // the kernels would skip the prefetches that small pages need.
+            let never = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+                .is_ok_and(|mode| mode.contains("[never]"));
+            !never && std::env::var("INFERNO_HUGE_PAGES").as_deref() != Ok("0")
+        })
 }
 
 impl<T: Copy> From<Vec<T>> for Buf<T> {

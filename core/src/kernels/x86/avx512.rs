@@ -28,6 +28,7 @@ impl common::IntDot for DpbusdEvex {
         x: &[*const BlockQ8Act; T],
         nb: usize,
         lanes: &mut [[f32; 2 * common::ROWS]; 8],
+        prefetch: bool,
     ) {
         // SAFETY: the caller guarantees 2 * nb readable tiles and nb blocks per token; avx512f,
         // bw, vl, vnni and f16c are enabled in the caller; prefetches never fault.
@@ -36,6 +37,9 @@ impl common::IntDot for DpbusdEvex {
             let offset = W::UNSIGNED_OFFSET;
             for b in 0..nb {
                 for g in [tiles.add(b), tiles.add(nb + b)] {
+                    if !prefetch {
+                        break;
+                    }
                     let ahead = g.cast::<u8>().wrapping_add(common::PREFETCH_BYTES);
                     for line in (0..std::mem::size_of::<W>()).step_by(64) {
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
