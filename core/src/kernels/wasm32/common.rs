@@ -1257,10 +1257,10 @@ impl KWeightTile for TileQ6K {
         let (n, kk) = (b / 4, b % 4);
         let low = u8x16_splat(15);
         let shift = 4 * (kk / 2) as u32;
-        let l = chunk_columns(&self.ql, 256 * (2 * n + kk % 2), |v| {
+        let l = chunk_columns(&self.q, TileQ6K::QL_AT[2 * n + kk % 2], |v| {
             v128_and(u8x16_shr(v, shift), low)
         });
-        or_high_bits(l, &self.qh, 256 * n, 2 * kk as u32, 3, 4)
+        or_high_bits(l, &self.q, TileQ6K::QH_AT[n], 2 * kk as u32, 3, 4)
     }
     #[inline(always)]
     fn scales(&self, b: usize) -> [[v128; 2]; 2] {

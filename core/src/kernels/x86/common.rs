@@ -1200,12 +1200,6 @@ pub trait KWeightTile: Tile {
     /// The quants are signed (IQ4_XS's levels): the dots take |q| against x with q's sign
     /// ([`sign_trick`], the same products), and MAX_Q bounds |q|.
     const SIGNED: bool = false;
-    /// The tile is read out of address order (Q6_K: each `qh` chunk four times between its `ql`
-    /// chunks), which the CPU's stream prefetchers do not follow even in 2 MiB pages: such a
-    /// tile is prefetched a page ahead in any pages. A 49152 x 2048 Q6_K one-token matmul from
-    /// DRAM, 2 MiB pages, avx512, AMD EPYC Zen 4: 11.8 GB/s without, 15.9-16.4 with (Q4_K:
-    /// 29.7-29.9 without, 20.8-21.4 with).
-    const READ_OUT_OF_ORDER: bool = false;
     /// Sub-block j's 8 columns: register k holds, in lane r, row r's unsigned quants of elements
     /// 4k .. 4k + 4 of the sub-block.
     unsafe fn unpack(&self, j: usize) -> [__m256i; 8];
@@ -1459,7 +1453,6 @@ impl KWeightTile for TileQ6K {
     const HAS_MIN: bool = false;
     const OFFSET: i32 = 32;
     const MAX_Q: i32 = 63;
-    const READ_OUT_OF_ORDER: bool = true;
     /// Sub-block b = 4n + k': low nibbles (k' < 2) or high ones of `ql` chunk 2n + k' % 2, and
     /// bits 2k'.. of `qh` chunk n above them.
     #[inline(always)]
@@ -1467,8 +1460,8 @@ impl KWeightTile for TileQ6K {
         // SAFETY: the chunks are 256 readable bytes each; avx2 is enabled in the caller.
         unsafe {
             let (n, kk) = (b / 4, b % 4);
-            let ql = self.ql.as_ptr().add(256 * (2 * n + kk % 2));
-            let qh = self.qh.as_ptr().add(256 * n);
+            let ql = self.q.as_ptr().add(TileQ6K::QL_AT[2 * n + kk % 2]);
+            let qh = self.q.as_ptr().add(TileQ6K::QH_AT[n]);
             let (low, three) = (_mm256_set1_epi8(15), _mm256_set1_epi8(3));
             let shift = _mm_cvtsi32_si128(2 * kk as i32);
             let mut out = [_mm256_setzero_si256(); 8];
@@ -1696,7 +1689,7 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
                     ($t:literal) => {{
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
-                        let prefetch = (small_pages || W::READ_OUT_OF_ORDER) && n_tokens <= 4;
+                        let prefetch = small_pages && n_tokens <= 4;
                         let acc = tile_k::<D, W, $t>(group, &xs, nbk, prefetch);
                         store_lanes(acc, direct, out, (t0, at), &mut lanes);
                     }};
