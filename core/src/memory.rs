@@ -114,7 +114,11 @@ impl<T: Copy> From<Vec<T>> for Buf<T> {
     fn from(data: Vec<T>) -> Buf<T> {
         #[cfg(target_os = "linux")]
         if wants_huge_pages(std::mem::size_of_val(&data[..])) {
-            return Buf::from_slice(&data);
+            if let Some(mapping) = linux::Mapping::copy_of(&data) {
+                return Buf {
+                    storage: Storage::Mapped(mapping),
+                };
+            }
         }
         Buf {
             storage: Storage::Vec(data),
