@@ -1,18 +1,6 @@
-//! Where the weights live: [`Buf`], a slice that every decoded token reads from end to end.
-//!
-//! A decode step streams every weight once (600 MB per token for a 1.1B model in Q4_0). In 4
-//! KiB pages that walk needs a new TLB entry every 4 KiB and the CPU's stream prefetchers stop at
-//! every page boundary; Linux backs a mapping marked `MADV_HUGEPAGE` with 2 MiB pages, where
-//! neither happens. Measured on an AMD EPYC Zen 4 (TinyLlama-shape Q4_0, 1 thread, alternated
-//! runs): decode 27.6-32.8 tok/s in 4 KiB pages, 35.4-37.0 in 2 MiB pages. Most Linux systems
-//! ship transparent huge pages in `madvise` mode, so nothing happens unless we ask.
-//!
-//! So on Linux a buffer of at least one huge page gets an anonymous mapping of its own, aligned to
-//! 2 MiB and marked before its first write (pages are then faulted in 2 MiB at a time, with no
-//! later copying); its last partial huge page stays in small pages, so no buffer grows by more
-//! than a page. Smaller buffers, every buffer on other targets (the browser), and every buffer
-//! when `INFERNO_HUGE_PAGES=0` is set are plain `Vec`s. Contents, and so every result, are the
-//! same either way; [`huge_page_bytes`] tells how much the OS really gave.
+//! Where the weights live: [`Buf`], a slice that every decoded token reads from end to end, in
+//! 2 MiB pages on Linux (a decode streams every weight once: in 4 KiB pages that walk needs a
+//! TLB entry every 4 KiB and the stream prefetchers stop at every page boundary).
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -20,7 +8,18 @@ use std::ops::{Deref, DerefMut};
 /// The size of an x86-64 (and most aarch64) Linux transparent huge page.
 pub const HUGE_PAGE: usize = 2 << 20;
 
-/// An immutable-length slice of `T`, in huge pages where the OS offers them (see the module).
+/// An immutable-length slice of `T`, in huge pages where the OS offers them.
+///
+/// Most Linux systems ship transparent huge pages in `madvise` mode, so nothing happens unless
+/// asked: on Linux a buffer of at least one huge page gets an anonymous mapping of its own,
+/// aligned to 2 MiB and marked `MADV_HUGEPAGE` before its first write (pages are then faulted in
+/// 2 MiB at a time, with no later copying); its last partial huge page stays in small pages, so
+/// no buffer grows by more than a page. Smaller buffers, every buffer on other targets (the
+/// browser), and every buffer when `INFERNO_HUGE_PAGES=0` is set or the system's THP mode is
+/// `never` are plain `Vec`s. Contents, and so every result, are the same either way;
+/// [`huge_page_bytes`] tells how much the OS really gave. Measured on an AMD EPYC Zen 4
+/// (TinyLlama-shape Q4_0, 1 thread, alternated runs): decode 28.9 / 29.0 tok/s in 4 KiB pages,
+/// 34.3 / 35.2 in 2 MiB pages.
 pub struct Buf<T: Copy> {
     storage: Storage<T>,
 }
@@ -261,14 +260,19 @@ mod linux {
                 if tail > 0 {
                     libc::munmap((aligned + map_bytes) as *mut libc::c_void, tail);
                 }
-                // A hint: refused (e.g. THP compiled out) it leaves small pages, same contents.
-                libc::madvise(aligned as *mut libc::c_void, map_bytes, libc::MADV_HUGEPAGE);
             }
-            Some(Mapping {
-                ptr: NonNull::new(aligned as *mut T)?,
+            let ptr = NonNull::new(aligned as *mut T)?;
+            let mapping = Mapping {
+                ptr,
                 len,
                 map_bytes,
-            })
+            };
+            // SAFETY: the range is exactly the mapping kept above; the advice changes no contents.
+            let advised =
+                unsafe { libc::madvise(ptr.as_ptr().cast(), map_bytes, libc::MADV_HUGEPAGE) };
+            // Refused (THP compiled out): small pages after all, so a `Vec`, which the kernels
+            // prefetch (dropping `mapping` unmaps it).
+            (advised == 0).then_some(mapping)
         }
 
         pub fn as_slice(&self) -> &[T] {
@@ -285,7 +289,7 @@ mod linux {
 
     impl<T> Drop for Mapping<T> {
         fn drop(&mut self) {
-            // SAFETY: exactly the range mapped in `copy_of`, and no reference outlives self.
+            // SAFETY: exactly the range `map` kept, and no reference outlives self.
             unsafe {
                 libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.map_bytes);
             }
@@ -330,7 +334,8 @@ mod tests {
         let c = b.clone();
         assert_eq!(c[n - 1], -1.0);
         assert_eq!(c[..n - 1], data[..n - 1]);
-        if cfg!(target_os = "linux") && std::env::var("INFERNO_HUGE_PAGES").as_deref() != Ok("0") {
+        #[cfg(target_os = "linux")]
+        if wants_huge_pages(HUGE_PAGE) {
             assert!(b.is_mapped() && c.is_mapped());
             assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0);
             assert_eq!(c.as_ptr() as usize % HUGE_PAGE, 0);

@@ -154,6 +154,15 @@ impl KMatrix {
     }
 }
 
+/// Little-endian u16 values (f16 / bf16 bits) of `bytes`, written in place.
+fn u16_le(bytes: &[u8]) -> Buf<u16> {
+    let mut d = Buf::filled(0u16, bytes.len() / 2);
+    for (o, c) in d.iter_mut().zip(bytes.chunks_exact(2)) {
+        *o = u16::from_le_bytes([c[0], c[1]]);
+    }
+    d
+}
+
 impl Matrix {
     pub fn ty(&self) -> GgmlType {
         match self.data {
@@ -323,19 +332,16 @@ impl Matrix {
             };
         }
         let data = match ty {
-            GgmlType::F32 => MatrixData::F32(dequantize_bytes(ty, bytes).into()),
-            GgmlType::F16 => MatrixData::F16(
-                bytes
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                    .collect(),
-            ),
-            GgmlType::BF16 => MatrixData::BF16(
-                bytes
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                    .collect(),
-            ),
+            // Written in place, as the tiles are: a big tensor is never in memory twice.
+            GgmlType::F32 => {
+                let mut d = Buf::filled(0.0f32, bytes.len() / 4);
+                for (o, c) in d.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+                MatrixData::F32(d)
+            }
+            GgmlType::F16 => MatrixData::F16(u16_le(bytes)),
+            GgmlType::BF16 => MatrixData::BF16(u16_le(bytes)),
             GgmlType::Q4_0 => MatrixData::Q4_0(by_rows!(q4_0_from_bytes)),
             GgmlType::Q4_1 => MatrixData::Q4_1(by_rows!(q4_1_from_bytes)),
             GgmlType::Q5_0 => MatrixData::Q5_0(by_rows!(q5_0_from_bytes)),

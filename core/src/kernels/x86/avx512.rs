@@ -36,13 +36,12 @@ impl common::IntDot for DpbusdEvex {
             let mut acc = [_mm512_setzero_ps(); T];
             let offset = W::UNSIGNED_OFFSET;
             for b in 0..nb {
-                for g in [tiles.add(b), tiles.add(nb + b)] {
-                    if !prefetch {
-                        break;
-                    }
-                    let ahead = g.cast::<u8>().wrapping_add(common::PREFETCH_BYTES);
-                    for line in (0..std::mem::size_of::<W>()).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+                if prefetch {
+                    for g in [tiles.add(b), tiles.add(nb + b)] {
+                        let ahead = g.cast::<u8>().wrapping_add(common::PREFETCH_BYTES);
+                        for line in (0..std::mem::size_of::<W>()).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+                        }
                     }
                 }
                 let (t0, t1) = (&*tiles.add(b), &*tiles.add(nb + b));

@@ -59,7 +59,8 @@ pub trait IntDot: Sized {
     const PAIRS: bool = false;
 
     /// One pass over two consecutive row groups (`tiles` and `tiles + nb`): lanes[t][r] is
-    /// row r of the pair for token t, each lane the reference's sequence.
+    /// row r of the pair for token t, each lane the reference's sequence. `prefetch`: fetch a
+    /// page ahead ([`PREFETCH_BYTES`]; tiles in small pages).
     ///
     /// # Safety
     /// `2 * nb` readable tiles from `tiles`, nb blocks behind each token pointer; the backend's
@@ -1118,7 +1119,17 @@ pub unsafe fn dot_q<D: IntDot, W: WeightTile>(w: &[W::Block], x: &[BlockQ8Act]) 
     let tiles = tile_rows::<W, _>(1, w.len(), |_| w);
     let mut o = [0.0f32];
     // SAFETY: forwarded to the caller.
-    unsafe { matmul_q::<D, W>(&tiles, 1, w.len(), 0, x, &mut [&mut o[..]], true) };
+    unsafe {
+        matmul_q::<D, W>(
+            &tiles,
+            1,
+            w.len(),
+            0,
+            x,
+            &mut [&mut o[..]],
+            !tiles.is_mapped(),
+        )
+    };
     o[0]
 }
 
@@ -1551,9 +1562,10 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nbk {
-            // One pass per row group (decode): the tiles are one sequential stream from
-            // memory, so fetch well ahead. Several passes (a batch) re-read the group's tiles
-            // from cache, where fetching the next group's on every pass only costs.
+            // One pass per row group (decode) over tiles in small pages: the tiles are one
+            // sequential stream from memory, so fetch a page ahead (PREFETCH_BYTES). Several
+            // passes (a batch) re-read the group's tiles from cache, where fetching the next
+            // group's on every pass only costs.
             if prefetch {
                 let ahead = tiles.add(b).cast::<u8>().wrapping_add(PREFETCH_BYTES);
                 for line in (0..std::mem::size_of::<W>()).step_by(64) {
