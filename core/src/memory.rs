@@ -28,6 +28,9 @@ enum Storage<T: Copy> {
     Vec(Vec<T>),
     #[cfg(target_os = "linux")]
     Mapped(linux::Mapping<T>),
+    /// A range of an [`Arena`], which it keeps alive.
+    #[cfg(target_os = "linux")]
+    Placed(linux::Placed<T>),
 }
 
 impl<T: Copy> Buf<T> {
@@ -83,13 +86,91 @@ impl<T: Copy> Buf<T> {
     }
 
     /// Whether this buffer has its own huge-page mapping (the OS may still back it with small
-    /// pages when none are free). The x86 matmuls prefetch only tiles that are not.
+    /// pages when none are free).
     pub fn is_mapped(&self) -> bool {
         match &self.storage {
             Storage::Vec(_) => false,
             #[cfg(target_os = "linux")]
-            Storage::Mapped(_) => true,
+            Storage::Mapped(_) | Storage::Placed(_) => true,
         }
+    }
+
+    /// The index of the first value not wholly inside a huge page: 0 for a `Vec`, the start
+    /// of the last partial huge page for a mapping of its own (kept in small pages), the end
+    /// for a range of an [`Arena`] (whose pages are all huge). The x86 matmuls prefetch from
+    /// there on.
+    pub fn small_pages_from(&self) -> usize {
+        match &self.storage {
+            Storage::Vec(_) => 0,
+            #[cfg(target_os = "linux")]
+            Storage::Mapped(_) => {
+                std::mem::size_of_val(&**self) / HUGE_PAGE * HUGE_PAGE
+                    / std::mem::size_of::<T>().max(1)
+            }
+            #[cfg(target_os = "linux")]
+            Storage::Placed(_) => self.len(),
+        }
+    }
+}
+
+/// Many buffers in one mapping of whole huge pages, end to end: the weights of a model once
+/// loaded ([`crate::model::Weights`]). A buffer of its own keeps its last partial huge page
+/// in small pages, which the stream prefetchers stop at; buffers under 2 MiB (every matrix of
+/// SmolLM2's layers, of Gemma 3 270M's) are `Vec`s in small pages. Placed end to end, only
+/// the arena's last page is partial, and it is rounded up (at most 2 MiB more for a whole
+/// model). Measured on an AMD EPYC Zen 4, one thread, nine 16000 x 2048 Q4_0 matmuls (a 1.6 MB
+/// tail each in small pages), alternated: 26.9 GB/s in mappings of their own, 29.5 in whole
+/// huge pages.
+pub struct Arena {
+    #[cfg(target_os = "linux")]
+    region: std::sync::Arc<linux::Mapping<u8>>,
+    /// Bytes handed out.
+    #[cfg(target_os = "linux")]
+    used: usize,
+}
+
+impl Arena {
+    /// Where each buffer starts: a cache line, so every tile keeps its alignment.
+    const ALIGN: usize = 64;
+
+    /// Room for buffers of `sizes` bytes (each placed at a multiple of 64 bytes), or `None`
+    /// when they would not fill a huge page, huge pages are off, or the OS refuses the mapping.
+    pub fn for_sizes(sizes: impl IntoIterator<Item = usize>) -> Option<Arena> {
+        let total = sizes.into_iter().try_fold(0usize, |total, n| {
+            total.checked_add(n.checked_next_multiple_of(Self::ALIGN)?)
+        })?;
+        #[cfg(target_os = "linux")]
+        if wants_huge_pages(total) {
+            let region = linux::Mapping::<u8>::zeroed(total.checked_next_multiple_of(HUGE_PAGE)?)?;
+            return Some(Arena {
+                region: std::sync::Arc::new(region),
+                used: 0,
+            });
+        }
+        let _ = total;
+        None
+    }
+
+    /// `data` moved into the arena, or `data` itself when the arena has no room left for it.
+    /// A buffer with a mapping of its own hands each huge page back to the OS as soon as it is
+    /// copied, so moving a model's weights raises the peak resident memory by one huge page, not
+    /// by the biggest matrix.
+    pub fn take<T: Copy>(&mut self, data: Buf<T>) -> Buf<T> {
+        #[cfg(target_os = "linux")]
+        {
+            let bytes = std::mem::size_of_val(&*data);
+            let room = self.region.len().saturating_sub(self.used);
+            if std::mem::align_of::<T>() > Self::ALIGN || bytes > room {
+                return data;
+            }
+            let placed = linux::Placed::moved_from(&self.region, self.used, data);
+            self.used = (self.used + bytes).next_multiple_of(Self::ALIGN);
+            Buf {
+                storage: Storage::Placed(placed),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        data
     }
 }
 
@@ -138,6 +219,8 @@ impl<T: Copy> Deref for Buf<T> {
             Storage::Vec(v) => v,
             #[cfg(target_os = "linux")]
             Storage::Mapped(m) => m.as_slice(),
+            #[cfg(target_os = "linux")]
+            Storage::Placed(p) => p.as_slice(),
         }
     }
 }
@@ -148,6 +231,8 @@ impl<T: Copy> DerefMut for Buf<T> {
             Storage::Vec(v) => v,
             #[cfg(target_os = "linux")]
             Storage::Mapped(m) => m.as_mut_slice(),
+            #[cfg(target_os = "linux")]
+            Storage::Placed(p) => p.as_mut_slice(),
         }
     }
 }
@@ -176,8 +261,9 @@ pub fn huge_page_bytes() -> Option<u64> {
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod linux {
-    use super::HUGE_PAGE;
+    use super::{Buf, Storage, HUGE_PAGE};
     use std::ptr::NonNull;
+    use std::sync::Arc;
 
     /// `len` values of `T` at the start of an anonymous mapping of `map_bytes` bytes, aligned to
     /// [`HUGE_PAGE`] and marked `MADV_HUGEPAGE`. Owned: unmapped on drop.
@@ -275,14 +361,100 @@ mod linux {
             (advised == 0).then_some(mapping)
         }
 
+        /// `bytes` zero bytes (as the OS hands out anonymous memory) in a new mapping, or
+        /// `None` when the OS refuses one.
+        pub fn zeroed(bytes: usize) -> Option<Mapping<u8>> {
+            Mapping::<u8>::map(bytes)
+        }
+
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
         pub fn as_slice(&self) -> &[T] {
-            // SAFETY: ptr holds len initialized values (written by `copy_of` or `filled`), valid
-            // while self lives.
+            // SAFETY: ptr holds len initialized values (written by `copy_of` or `filled`, or
+            // the zeros of a new anonymous mapping for `zeroed`), valid while self lives.
             unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
         }
 
         pub fn as_mut_slice(&mut self) -> &mut [T] {
             // SAFETY: as above, and &mut self makes this the only reference.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        }
+    }
+
+    /// `len` values of `T` at `ptr`, inside a shared arena's mapping that no other `Placed`
+    /// overlaps (Arena::place hands out each byte once); the arena lives while any does.
+    pub struct Placed<T> {
+        _region: Arc<Mapping<u8>>,
+        ptr: NonNull<T>,
+        len: usize,
+    }
+
+    // SAFETY: a Placed owns its range as a Vec owns its memory (no other Placed overlaps it and
+    // the shared mapping is never read through the Arc), so it may move to and be shared
+    // between threads exactly when its values may.
+    unsafe impl<T: Send> Send for Placed<T> {}
+    // SAFETY: as above; shared access only hands out `&[T]`.
+    unsafe impl<T: Sync> Sync for Placed<T> {}
+
+    impl<T: Copy> Placed<T> {
+        /// `data` moved to byte `offset` of `region`: the caller (Arena::take) hands out each
+        /// range once. A mapping of its own gives each huge page back once it is copied.
+        pub fn moved_from(region: &Arc<Mapping<u8>>, offset: usize, data: Buf<T>) -> Placed<T> {
+            let (len, bytes) = (data.len(), std::mem::size_of_val(&*data));
+            assert!(
+                offset + bytes <= region.len() && offset.is_multiple_of(std::mem::align_of::<T>()),
+                "Placed::moved_from: range outside the arena or misaligned"
+            );
+            // SAFETY: offset is inside the mapping (asserted), which is alive while `region`
+            // is.
+            let to = unsafe { region.ptr.as_ptr().add(offset) };
+            let from = data.as_ptr().cast::<u8>();
+            // Whole huge pages of a mapping of its own go back to the OS as they are copied
+            // (its start is 2 MiB-aligned); other buffers are simply dropped after.
+            let give_back = matches!(data.storage, Storage::Mapped(_));
+            let mut done = 0;
+            while done < bytes {
+                let n = (bytes - done).min(HUGE_PAGE);
+                // SAFETY: [offset + done, + n) lies in the arena's mapping (asserted), nothing
+                // else points into it (the range is handed out once), and it does not overlap
+                // the source, which is another buffer; bytes of a Copy type copy as bytes. No
+                // reference to the source is alive across the loop (only the raw `from`).
+                unsafe { std::ptr::copy_nonoverlapping(from.add(done), to.add(done), n) };
+                if give_back && n == HUGE_PAGE {
+                    // SAFETY: a 2 MiB-aligned range inside the source mapping, which is never
+                    // read again (`data` is dropped below without being read); MADV_DONTNEED
+                    // only drops its pages.
+                    unsafe {
+                        libc::madvise(from.add(done) as *mut libc::c_void, n, libc::MADV_DONTNEED)
+                    };
+                }
+                done += n;
+            }
+            drop(data);
+            // A Vec was malloc's: freed, its pages may stay in the heap, resident beside their
+            // copy (SmolLM2: peak 150 -> 214 MB), unless the heap is trimmed.
+            #[cfg(target_env = "gnu")]
+            if !give_back {
+                // SAFETY: malloc_trim has no preconditions; it only returns free heap pages.
+                unsafe { libc::malloc_trim(0) };
+            }
+            Placed {
+                _region: Arc::clone(region),
+                ptr: NonNull::new(to.cast::<T>()).expect("inside a mapping"),
+                len,
+            }
+        }
+
+        pub fn as_slice(&self) -> &[T] {
+            // SAFETY: ptr holds len values written by `copy_of`, alive while `_region` is.
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+
+        pub fn as_mut_slice(&mut self) -> &mut [T] {
+            // SAFETY: as above, and no other Placed overlaps the range, so &mut self makes this
+            // the only reference.
             unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
         }
     }
@@ -315,6 +487,46 @@ mod tests {
         assert_eq!(b.len(), (3 << 20) / 8);
         assert!(b.iter().all(|&x| x == 7));
         assert!(Buf::try_filled(0u8, usize::MAX).is_none());
+    }
+
+    #[test]
+    fn arena_for_3_mib_and_100_bytes_and_6_u16_keeps_each_in_place_in_huge_pages() {
+        let big: Vec<u32> = (0..(3 << 20) / 4).collect();
+        let small: Vec<u8> = (0..100).collect();
+        let halves = [1u16, 2, 3, 4, 5, 0xffff];
+        let sizes = [3 << 20, 100, 12];
+        let Some(mut arena) = Arena::for_sizes(sizes) else {
+            // No huge pages here (another OS, THP off, INFERNO_HUGE_PAGES=0).
+            return;
+        };
+        let a = arena.take(Buf::from(big.clone()));
+        let b = arena.take(Buf::from(small.clone()));
+        let mut c = arena.take(Buf::from(halves.to_vec()));
+        assert_eq!(&a[..], &big[..]);
+        assert_eq!(&b[..], &small[..]);
+        c[5] = 6;
+        assert_eq!(&c[..], &[1, 2, 3, 4, 5, 6]);
+        // End to end from a 2 MiB boundary, each at a cache line; every page a huge one.
+        assert_eq!(a.as_ptr() as usize % HUGE_PAGE, 0);
+        assert_eq!(b.as_ptr() as usize, a.as_ptr() as usize + (3 << 20));
+        assert_eq!(c.as_ptr() as usize, b.as_ptr() as usize + 128);
+        for (buf_len, from) in [
+            (a.len(), a.small_pages_from()),
+            (c.len(), c.small_pages_from()),
+        ] {
+            assert_eq!(from, buf_len);
+        }
+        // Full: what does not fit stays where it was; the arena outlives its owner.
+        let d = arena.take(Buf::from(vec![7u8; 2 << 20]));
+        let arena_at = a.as_ptr() as usize..a.as_ptr() as usize + (4 << 20);
+        assert!(!arena_at.contains(&(d.as_ptr() as usize)) && d.iter().all(|&x| x == 7));
+        drop(arena);
+        assert_eq!(a[(3 << 20) / 4 - 1], (3 << 20) / 4 - 1);
+    }
+
+    #[test]
+    fn arena_for_1_kib_is_none() {
+        assert!(Arena::for_sizes([1024]).is_none());
     }
 
     #[test]

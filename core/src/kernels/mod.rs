@@ -37,7 +37,7 @@ pub mod x86;
 pub mod tiles;
 
 use crate::formats::Release;
-use crate::memory::Buf;
+use crate::memory::{Arena, Buf};
 use crate::quant::iq4::{BlockIQ4NL, TileIQ4NL, TileIQ4XS};
 use crate::quant::kquants::{
     blocks_from_bytes, KBlock, TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K,
@@ -518,6 +518,26 @@ impl Matrix {
             .flat_map(|(p, m)| (0..m.rows).map(move |r| (p, r)))
             .collect();
         Matrix::gather_rows(parts, &source)
+    }
+
+    /// Moves the matrix into `arena` (a copy there; the old buffer is freed), or leaves it
+    /// where it is when the arena has no room.
+    pub fn move_into(&mut self, arena: &mut Arena) {
+        fn place<T: Copy>(d: &mut Buf<T>, arena: &mut Arena) {
+            let data = std::mem::replace(d, Buf::from(Vec::new()));
+            *d = arena.take(data);
+        }
+        match &mut self.data {
+            MatrixData::F32(d) => place(d, arena),
+            MatrixData::F16(d) | MatrixData::BF16(d) => place(d, arena),
+            MatrixData::Q4_0(d) => place(d, arena),
+            MatrixData::Q4_1(d) => place(d, arena),
+            MatrixData::Q5_0(d) => place(d, arena),
+            MatrixData::Q5_1(d) => place(d, arena),
+            MatrixData::Q8_0(d) => place(d, arena),
+            MatrixData::IQ4_NL(d) => place(d, arena),
+            MatrixData::K(k) => with_k!(k, d => place(d, arena)),
+        }
     }
 
     /// Bytes the kernels read for one pass over the matrix.

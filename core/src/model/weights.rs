@@ -5,6 +5,7 @@
 use crate::config::{ModelConfig, RopeScaling};
 use crate::formats::{ModelSource, QkRowOrder, RawTensor};
 use crate::kernels::Matrix;
+use crate::memory::Arena;
 use crate::quant::{GgmlType, QK};
 use crate::{Error, Result};
 
@@ -239,7 +240,7 @@ impl Weights {
                 ..c.clone()
             })
         });
-        Ok(Weights {
+        let mut weights = Weights {
             config: c,
             dtype,
             token_embd,
@@ -248,7 +249,42 @@ impl Weights {
             output,
             inv_freq,
             inv_freq_local,
-        })
+        };
+        weights.move_into_arena();
+        Ok(weights)
+    }
+
+    /// Every matrix, in the order a forward reads them (the embedding last: one row of it).
+    fn matrices_mut(&mut self) -> impl Iterator<Item = &mut Matrix> {
+        let layers = self.layers.iter_mut().flat_map(|l| {
+            let LayerWeights {
+                wqkv,
+                wo,
+                w_gate_up,
+                w_down,
+                ..
+            } = l;
+            wqkv.matrices
+                .iter_mut()
+                .chain(std::iter::once(wo))
+                .chain(w_gate_up.matrices.iter_mut())
+                .chain(std::iter::once(w_down))
+        });
+        layers
+            .chain(self.output.iter_mut())
+            .chain(std::iter::once(&mut self.token_embd))
+    }
+
+    /// Moves every matrix into one [`Arena`] in the order a forward reads them, so that a
+    /// decode streams through whole huge pages from the first layer to the output (where each
+    /// matrix on its own would end in a partial page of small pages, or be one entirely when
+    /// under 2 MiB). Matrices are copied one at a time, each old buffer freed as its copy is
+    /// made. Nothing moves where there are no huge pages.
+    fn move_into_arena(&mut self) {
+        let sizes: Vec<usize> = self.matrices_mut().map(|m| m.byte_size()).collect();
+        if let Some(mut arena) = Arena::for_sizes(sizes) {
+            self.matrices_mut().for_each(|m| m.move_into(&mut arena));
+        }
     }
 
     /// Bytes of weights read per decoded token (every matrix once, plus one embedding row).

@@ -8,6 +8,7 @@ use std::mem::MaybeUninit;
 
 use crate::kernels::math::{self, EXP_OVERFLOW, EXP_POLY, EXP_UNDERFLOW, LN2_HI, LN2_LO, LOG2_E};
 use crate::kernels::reference::{self, ATTENTION_BLOCK};
+use crate::memory::Buf;
 use crate::quant::iq4::{TileIQ4NL, TileIQ4XS, LEVELS};
 use crate::quant::kquants::{TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K};
 use crate::quant::repack::{
@@ -886,6 +887,14 @@ unsafe fn nibble_dot<D: IntDot>(
 /// 4 KiB pages on a Zen 3 they took a Q4_K_M token from 70 to 54 ms.
 pub const PREFETCH_BYTES: usize = 4096;
 
+/// Whether a pass over the tiles before `end` prefetches: when what it fetches ahead reaches the
+/// tiles in small pages, from `small_from` on (memory::Buf::small_pages_from; 0 for a `Vec`).
+#[inline(always)]
+fn prefetches<W>(end: usize, small_from: usize) -> bool {
+    let size = std::mem::size_of::<W>();
+    end * size + PREFETCH_BYTES > small_from * size
+}
+
 /// One pass: the 8 rows of `tiles` (nb tiles, one row group) by T tokens (`x[t]` points at
 /// token t's first block). Lane r of result t is reference::dot_*_q8(row r, token t).
 #[inline(always)]
@@ -1009,22 +1018,22 @@ fn copy_lanes<const L: usize>(
 /// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
 /// are a tiled matrix of `rows` rows of `nb` blocks. Otherwise identical to reference::matmul.
 /// Row groups only partly inside the range compute all 8 lanes and keep the ones asked for.
-/// `small_pages`: the tiles are in 4 KiB pages, so the kernel prefetches (PREFETCH_BYTES).
+/// Tiles in 4 KiB pages are prefetched ([`prefetches`]).
 #[inline(always)]
 pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
-    tiles: &[W],
+    tiles: &Buf<W>,
     rows: usize,
     nb: usize,
     first_row: usize,
     x: &[BlockQ8Act],
     out: &mut [&mut [f32]],
-    small_pages: bool,
 ) {
     let (n_tokens, n_rows) = check_matmul_q(tiles.len(), rows, nb, first_row, x.len(), out);
     if n_rows == 0 {
         return;
     }
     let end_row = first_row + n_rows;
+    let small_from = tiles.small_pages_from();
     // SAFETY: the asserts above bound every tile and block read; features are enabled in the
     // caller.
     unsafe {
@@ -1044,6 +1053,7 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
             };
             let (lane_lo, lane_hi, at) = group_lanes(g, groups, first_row, end_row);
             let group = tiles.as_ptr().add(g * nb);
+            let prefetch = prefetches::<W>((g + groups) * nb, small_from);
             // A whole single group's lanes go straight to the outputs; partial groups and
             // pairs pass through `lanes`.
             let direct = groups == 1 && lane_hi - lane_lo == ROWS;
@@ -1056,9 +1066,9 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
                         if groups == 2 {
-                            D::tile_pair::<W, $t>(group, &xs, nb, &mut lanes, small_pages);
+                            D::tile_pair::<W, $t>(group, &xs, nb, &mut lanes, prefetch);
                         } else {
-                            let acc = tile::<D, W, $t>(group, &xs, nb, small_pages);
+                            let acc = tile::<D, W, $t>(group, &xs, nb, prefetch);
                             store_lanes(acc, direct, out, (t0, at), &mut lanes);
                         }
                     }};
@@ -1119,17 +1129,7 @@ pub unsafe fn dot_q<D: IntDot, W: WeightTile>(w: &[W::Block], x: &[BlockQ8Act]) 
     let tiles = tile_rows::<W, _>(1, w.len(), |_| w);
     let mut o = [0.0f32];
     // SAFETY: forwarded to the caller.
-    unsafe {
-        matmul_q::<D, W>(
-            &tiles,
-            1,
-            w.len(),
-            0,
-            x,
-            &mut [&mut o[..]],
-            !tiles.is_mapped(),
-        )
-    };
+    unsafe { matmul_q::<D, W>(&tiles, 1, w.len(), 0, x, &mut [&mut o[..]]) };
     o[0]
 }
 
@@ -1668,16 +1668,15 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
 
 /// `out[t][i] = dot(w row first_row + i, x token t)` for K-quant weights: `tiles` are a tiled
 /// matrix of `rows` rows of `nbk` super-blocks. Otherwise identical to reference::matmul.
-/// `small_pages` as for [`matmul_q`].
+/// Tiles in 4 KiB pages are prefetched ([`prefetches`]).
 #[inline(always)]
 pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
-    tiles: &[W],
+    tiles: &Buf<W>,
     rows: usize,
     nbk: usize,
     first_row: usize,
     x: &[BlockQ8Act],
     out: &mut [&mut [f32]],
-    small_pages: bool,
 ) {
     let (n_tokens, n_rows) = check_matmul_q(tiles.len(), rows, nbk, first_row, x.len() / 8, out);
     if n_rows == 0 {
@@ -1685,12 +1684,14 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
     }
     let nb = 8 * nbk;
     let end_row = first_row + n_rows;
+    let small_from = tiles.small_pages_from();
     // SAFETY: check_matmul_q bounds the tiles and n_tokens * nbk super-blocks of activations
     // (8 blocks each); features are enabled in the caller.
     unsafe {
         for g in first_row / ROWS..end_row.div_ceil(ROWS) {
             let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
             let group = tiles.as_ptr().add(g * nbk);
+            let prefetch = n_tokens <= 4 && prefetches::<W>((g + 1) * nbk, small_from);
             // A whole group's lanes go straight to the outputs; a partial one through `lanes`.
             let direct = lane_hi - lane_lo == ROWS;
             let mut t0 = 0;
@@ -1701,7 +1702,6 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
                     ($t:literal) => {{
                         let xs: [*const BlockQ8Act; $t] =
                             std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
-                        let prefetch = small_pages && n_tokens <= 4;
                         let acc = tile_k::<D, W, $t>(group, &xs, nbk, prefetch);
                         store_lanes(acc, direct, out, (t0, at), &mut lanes);
                     }};

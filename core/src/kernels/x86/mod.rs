@@ -132,22 +132,22 @@ macro_rules! backend {
                 unsafe {
                     match (&w.data, x) {
                         (MatrixData::Q4_1(d), Input::Q8(x)) => {
-                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out, !d.is_mapped())
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::Q4_0(d), Input::Q8(x)) => {
-                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out, !d.is_mapped())
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::Q5_0(d), Input::Q8(x)) => {
-                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out, !d.is_mapped())
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::Q5_1(d), Input::Q8(x)) => {
-                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out, !d.is_mapped())
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::Q8_0(d), Input::Q8(x)) => {
-                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out, !d.is_mapped())
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::IQ4_NL(d), Input::Q8(x)) => {
-                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out, !d.is_mapped())
+                            common::matmul_q::<$int_dot, _>(d, w.rows, nb, first_row, x, out)
                         }
                         (MatrixData::F32(d), Input::F32(x)) => {
                             common::matmul_f::<F32Lanes>(d, cols, first_row, x, out)
@@ -159,7 +159,7 @@ macro_rules! backend {
                             common::matmul_f::<BF16Lanes>(d, cols, first_row, x, out)
                         }
                         (MatrixData::K(k), Input::Q8(x)) => with_k!(k, d => {
-                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out, !d.is_mapped())
+                            common::matmul_k::<$int_dot, _>(d, w.rows, cols / QK_K, first_row, x, out)
                         }),
                         _ => panic!("matmul: weight type and activation type do not match"),
                     }
