@@ -634,6 +634,15 @@ fn attention(all: &mut Vec<Case>) {
                 ..one(head_dim, 70, f16, 4.0)
             }));
         }
+        // Gemma 3's head_dim 256 with 4 query heads per KV head, and 48 (6 chunks of 8).
+        for (head_dim, heads) in [(256, 4), (48, 3)] {
+            for n_pos in [15, 16, 17, 130] {
+                all.push(attention_case(AttentionCase {
+                    heads,
+                    ..one(head_dim, n_pos, f16, 4.0)
+                }));
+            }
+        }
         // Consecutive query tokens (prefill), past the 512 (query, head) pairs of one pass.
         for queries in [2, 5, 16, 33] {
             for heads in [1, 3, 17] {

@@ -4,6 +4,10 @@
 //! vector registers to take 8 tokens per unpacked tile.
 
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
+
+use crate::kernels::math;
+use crate::kernels::reference::ATTENTION_BLOCK;
 
 /// `vpdpbusd` (EVEX) on 256-bit registers; the 32 registers of AVX-512 hold 8 tokens per tile.
 pub struct DpbusdEvex;
@@ -12,6 +16,29 @@ impl common::IntDot for DpbusdEvex {
     const SATURATES: bool = false;
     const TOKENS: usize = 8;
     const PAIRS: bool = true;
+
+    /// [`attention_wide`] for an even N, common::attention for N = 1.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn attention<L: common::Lanes, const N: usize>(
+        q: &[&[f32]],
+        keys: &[L::Elem],
+        values: &[L::Elem],
+        n_pos: usize,
+        stride: usize,
+        offset: usize,
+        scale: f32,
+        out: &mut [&mut [f32]],
+    ) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            if N.is_multiple_of(2) {
+                attention_wide::<L, N>(q, keys, values, n_pos, stride, offset, scale, out)
+            } else {
+                common::attention::<L, N>(q, keys, values, n_pos, stride, offset, scale, out)
+            }
+        }
+    }
 
     #[inline(always)]
     unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
@@ -78,6 +105,258 @@ impl common::IntDot for DpbusdEvex {
                 _mm512_storeu_ps(lane.as_mut_ptr(), a);
             }
         }
+    }
+}
+
+/// Otherwise identical to common::attention (so to reference::attention), for an even N, on
+/// 512-bit registers. A score takes two positions per register (lanes 0..8 position t's rule-2
+/// accumulator lanes, 8..16 position t + 1's), and the fold across lanes runs for 16 positions
+/// at once ([`fold16`]) instead of once per score; the value step takes 16 lanes per operation
+/// and up to four heads side by side ([`heads_step`]), so their one-add-per-position chains
+/// overlap. Every score and every output lane sees the reference's sequence. On Zen 4, whose
+/// 512-bit operations run as two 256-bit halves, only the fewer shuffles and the overlapped
+/// chains pay: TinyLlama shape (head_dim 64, 8 query heads per KV head), 1 thread, `--profile`
+/// attention per decode step after 500 / 1500 tokens 3.9-4.0 / 10.8-11.0 ms with the 256-bit
+/// twin, 3.4-3.5 / 9.8-10.2 ms with this one (alternated).
+///
+/// # Safety
+/// As common::attention: shapes checked by the caller, avx512f and f16c enabled in it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn attention_wide<L: common::Lanes, const N: usize>(
+    q: &[&[f32]],
+    keys: &[L::Elem],
+    values: &[L::Elem],
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [&mut [f32]],
+) {
+    debug_assert!(N.is_multiple_of(2));
+    // SAFETY: as common::attention (the caller checked the shapes); avx512f is enabled in the
+    // caller. Buffer entries are written before they are read: K for every position up to the
+    // block's length rounded up to 16 (zeros past it), V for the block's positions.
+    unsafe {
+        let hd = 8 * N;
+        let heads = q.first().map_or(0, |q0| q0.len() / hd);
+        if heads == 0 {
+            return;
+        }
+        // Position pair pp, chunk j: [k(2pp)[8j..8j + 8] | k(2pp + 1)[8j..8j + 8]].
+        let mut kbuf = [[MaybeUninit::<__m512>::uninit(); N]; ATTENTION_BLOCK / 2];
+        // Position t's 8N values, contiguous.
+        let mut vbuf = [[MaybeUninit::<__m256>::uninit(); N]; ATTENTION_BLOCK];
+        let per_pass = (common::PAIRS_PER_PASS / heads).max(1);
+        for (pass, (q, out)) in q.chunks(per_pass).zip(out.chunks_mut(per_pass)).enumerate() {
+            let first = n_pos + pass * per_pass; // positions the pass's first query sees
+            let most = first + q.len() - 1; // positions its last query sees
+            let pairs = q.len() * heads;
+            let mut m = [f32::NEG_INFINITY; common::PAIRS_PER_PASS];
+            let mut l = [0.0f32; common::PAIRS_PER_PASS];
+            for o in out.iter_mut() {
+                o.fill(0.0);
+            }
+            let mut start = 0;
+            while start < most {
+                let end = (start + ATTENTION_BLOCK).min(most);
+                let n = end - start;
+                for t in 0..n.next_multiple_of(16) {
+                    let k = kbuf[t / 2].as_mut_ptr().cast::<f32>().add(8 * (t % 2));
+                    let at = (start + t) * stride + offset;
+                    for j in 0..N {
+                        let kt = if t < n {
+                            L::load8(keys.as_ptr().add(at + 8 * j))
+                        } else {
+                            _mm256_setzero_ps()
+                        };
+                        _mm256_storeu_ps(k.add(16 * j), kt);
+                    }
+                    if t < n {
+                        for (j, vj) in vbuf[t].iter_mut().enumerate() {
+                            vj.write(L::load8(values.as_ptr().add(at + 8 * j)));
+                        }
+                    }
+                }
+                // Query i sees positions start..end_i of this block; those already past
+                // their last position (earlier queries, in the last block) sit it out.
+                for (i, (qi, oi)) in q.iter().zip(out.iter_mut()).enumerate() {
+                    let end_i = end.min(first + i);
+                    if end_i <= start {
+                        continue;
+                    }
+                    let len = end_i - start;
+                    // Several heads at once where their outputs fit in registers: the
+                    // output and sum chains of the value step (one add per position, in the
+                    // reference's order) then run side by side.
+                    let (qh, oh) = (qi.as_ptr(), oi.as_mut_ptr());
+                    let (ms, ls) = (&mut m[i * heads..], &mut l[i * heads..]);
+                    let mut h = 0;
+                    while h < heads {
+                        // (Direct calls: through a function pointer the step would be a
+                        // function of its own, compiled without the target features.)
+                        h += if N <= 8 && heads - h >= 4 {
+                            heads_step::<L, N, 4>(qh, oh, h, &kbuf, &vbuf, len, scale, ms, ls)
+                        } else if N <= 16 && heads - h >= 2 {
+                            heads_step::<L, N, 2>(qh, oh, h, &kbuf, &vbuf, len, scale, ms, ls)
+                        } else {
+                            heads_step::<L, N, 1>(qh, oh, h, &kbuf, &vbuf, len, scale, ms, ls)
+                        };
+                    }
+                }
+                start = end;
+            }
+            for (pair, &lp) in l.iter().enumerate().take(pairs) {
+                let lv = _mm512_set1_ps(lp);
+                let o_h = out[pair / heads].as_mut_ptr().add(pair % heads * hd);
+                for j in 0..N / 2 {
+                    let o = _mm512_loadu_ps(o_h.add(16 * j));
+                    _mm512_storeu_ps(o_h.add(16 * j), _mm512_div_ps(o, lv));
+                }
+            }
+        }
+    }
+}
+
+/// One block step of [`attention_wide`] for query heads h .. h + H of one query (`q`, `out` its
+/// rows, `m`, `l` its heads' running maxima and sums): the scores of positions 0..len of the
+/// block, the new maximum, and the value step, each head exactly as the reference's one-head
+/// sequence. Returns H.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn heads_step<L: common::Lanes, const N: usize, const H: usize>(
+    q: *const f32,
+    out: *mut f32,
+    h: usize,
+    kbuf: &[[MaybeUninit<__m512>; N]; ATTENTION_BLOCK / 2],
+    vbuf: &[[MaybeUninit<__m256>; N]; ATTENTION_BLOCK],
+    len: usize,
+    scale: f32,
+    m: &mut [f32],
+    l: &mut [f32],
+) -> usize {
+    let hd = 8 * N;
+    // SAFETY: the caller's rows hold heads h .. h + H (hd values each), its buffers are written
+    // up to len rounded up to 16 (K) and len (V); avx512f is enabled in the caller. No closures:
+    // they would not inherit the target features.
+    unsafe {
+        let mut scores = [[0.0f32; ATTENTION_BLOCK]; H];
+        let mut p = [[0.0f32; ATTENTION_BLOCK]; H];
+        let mut o = [[_mm512_setzero_ps(); N]; H];
+        for hh in 0..H {
+            let head = h + hh;
+            // The head's chunk j in both halves.
+            let mut q2 = [_mm512_setzero_ps(); N];
+            for (j, q2j) in q2.iter_mut().enumerate() {
+                let x = _mm512_castps256_ps512(_mm256_loadu_ps(q.add(head * hd + 8 * j)));
+                *q2j = _mm512_shuffle_f32x4::<0x44>(x, x);
+            }
+            for g in 0..len.div_ceil(16) {
+                let mut s = [_mm512_setzero_ps(); 8];
+                for (pp, sp) in s.iter_mut().enumerate() {
+                    let kp = &kbuf[8 * g + pp];
+                    let mut acc = [_mm512_setzero_ps(); 4];
+                    for j in 0..N {
+                        let kt = kp[j].assume_init();
+                        acc[j % 4] = _mm512_add_ps(acc[j % 4], _mm512_mul_ps(q2[j], kt));
+                    }
+                    *sp =
+                        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+                }
+                let r = _mm512_mul_ps(fold16(s), _mm512_set1_ps(scale));
+                _mm512_storeu_ps(scores[hh].as_mut_ptr().add(16 * g), r);
+            }
+            // The reference's `if s > max { s } else { max }` per lane (vmaxps keeps its
+            // second operand unless the first is greater: never a NaN), then across lanes.
+            // Only which zero sign survives a tie of +0 and -0 can differ from the reference's
+            // order, and no result sees it: exp(+0) = exp(-0) = 1 and x - 0 = x otherwise.
+            let mut most16 = _mm512_set1_ps(f32::NEG_INFINITY);
+            for g in 0..len.div_ceil(16) {
+                let sv = _mm512_loadu_ps(scores[hh].as_ptr().add(16 * g));
+                let live = (len - 16 * g).min(16);
+                let mask = ((1u32 << live) - 1) as __mmask16;
+                most16 = _mm512_mask_max_ps(most16, mask, sv, most16);
+            }
+            let mut lanes = [0.0f32; 16];
+            _mm512_storeu_ps(lanes.as_mut_ptr(), most16);
+            let mut block_max = f32::NEG_INFINITY;
+            for &x in &lanes {
+                block_max = if x > block_max { x } else { block_max };
+            }
+            let m_new = if block_max > m[head] {
+                block_max
+            } else {
+                m[head]
+            };
+            let c = math::exp(m[head] - m_new);
+            l[head] *= c;
+            m[head] = m_new;
+            let cv = _mm512_set1_ps(c);
+            for (j, oj) in o[hh].iter_mut().enumerate().take(N / 2) {
+                *oj = _mm512_mul_ps(_mm512_loadu_ps(out.add(head * hd + 16 * j)), cv);
+            }
+            let mv = _mm256_set1_ps(m_new);
+            for j in (0..len).step_by(8) {
+                let sv = _mm256_loadu_ps(scores[hh].as_ptr().add(j));
+                _mm256_storeu_ps(
+                    p[hh].as_mut_ptr().add(j),
+                    common::exp8(_mm256_sub_ps(sv, mv)),
+                );
+            }
+        }
+        for t in 0..len {
+            let v = vbuf[t].as_ptr().cast::<f32>();
+            for hh in 0..H {
+                let pt = p[hh][t];
+                l[h + hh] += pt;
+                let pv = _mm512_set1_ps(pt);
+                for (j, oj) in o[hh].iter_mut().enumerate().take(N / 2) {
+                    *oj = _mm512_add_ps(*oj, _mm512_mul_ps(pv, _mm512_loadu_ps(v.add(16 * j))));
+                }
+            }
+        }
+        for (hh, oh) in o.iter().enumerate() {
+            for (j, oj) in oh.iter().enumerate().take(N / 2) {
+                _mm512_storeu_ps(out.add((h + hh) * hd + 16 * j), *oj);
+            }
+        }
+        H
+    }
+}
+
+/// common::fold for 16 positions at once: `s[pp]` holds `(acc0 + acc1) + (acc2 + acc3)` of
+/// positions 2pp (lanes 0..8) and 2pp + 1 (lanes 8..16); lane p of the result is position p's
+/// fold, through the same pairs: t_l = s_l + s_(l+4), u_0 = t_0 + t_2, u_1 = t_1 + t_3,
+/// u_0 + u_1 (each sum of two values, so which is left does not change the bits).
+#[inline(always)]
+unsafe fn fold16(s: [__m512; 8]) -> __m512 {
+    // SAFETY: avx512f is enabled in the caller.
+    unsafe {
+        // t[k]'s 128-bit lane c: t_0..t_3 of position 4k + c.
+        let mut t = [_mm512_setzero_ps(); 4];
+        for (k, tk) in t.iter_mut().enumerate() {
+            let (x, y) = (s[2 * k], s[2 * k + 1]);
+            *tk = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x88>(x, y),
+                _mm512_shuffle_f32x4::<0xDD>(x, y),
+            );
+        }
+        // u[k]'s lane c: u_0, u_1 of position 8k + c, then of 8k + 4 + c.
+        let mut u = [_mm512_setzero_ps(); 2];
+        for (k, uk) in u.iter_mut().enumerate() {
+            let (a, b) = (t[2 * k], t[2 * k + 1]);
+            *uk = _mm512_add_ps(
+                _mm512_shuffle_ps::<0x44>(a, b),
+                _mm512_shuffle_ps::<0xEE>(a, b),
+            );
+        }
+        // Element 4c + e: position c + 4e.
+        let r = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x88>(u[0], u[1]),
+            _mm512_shuffle_ps::<0xDD>(u[0], u[1]),
+        );
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_permutexvar_ps(order, r)
     }
 }
 

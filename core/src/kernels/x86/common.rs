@@ -59,6 +59,27 @@ pub trait IntDot: Sized {
     /// Whether [`IntDot::tile_pair`] runs two row groups (16 rows) per pass.
     const PAIRS: bool = false;
 
+    /// Rule 6 for head_dim = 8 * N: [`attention`], unless the backend has a twin on wider
+    /// registers.
+    ///
+    /// # Safety
+    /// As [`attention`]; the backend's target features must be enabled in the caller.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn attention<L: Lanes, const N: usize>(
+        q: &[&[f32]],
+        keys: &[L::Elem],
+        values: &[L::Elem],
+        n_pos: usize,
+        stride: usize,
+        offset: usize,
+        scale: f32,
+        out: &mut [&mut [f32]],
+    ) {
+        // SAFETY: forwarded to the caller.
+        unsafe { attention::<L, N>(q, keys, values, n_pos, stride, offset, scale, out) }
+    }
+
     /// One pass over two consecutive row groups (`tiles` and `tiles + nb`): lanes[t][r] is
     /// row r of the pair for token t, each lane the reference's sequence. `prefetch`: fetch a
     /// page ahead ([`PREFETCH_BYTES`]; tiles in small pages).
@@ -544,7 +565,7 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
 /// if it did not run, so the caller can fall back to the reference.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn attention_any<L: Lanes>(
+pub unsafe fn attention_any<D: IntDot, L: Lanes>(
     q: &[&[f32]],
     head_dim: usize,
     keys: &[L::Elem],
@@ -560,7 +581,7 @@ pub unsafe fn attention_any<L: Lanes>(
         macro_rules! by_width {
             ($($n:literal),*) => {
                 match head_dim {
-                    $(h if h == 8 * $n => attention::<L, $n>(q, keys, values, n_pos, stride, offset, scale, out),)*
+                    $(h if h == 8 * $n => D::attention::<L, $n>(q, keys, values, n_pos, stride, offset, scale, out),)*
                     _ => return false,
                 }
             };

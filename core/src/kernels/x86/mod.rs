@@ -248,10 +248,10 @@ macro_rules! backend {
                 // SAFETY: the wrapper's check_attention asserted the shapes the twin relies on.
                 unsafe {
                     match (keys, values) {
-                        (KvSlice::F16(k), KvSlice::F16(v)) => common::attention_any::<F16Lanes>(
+                        (KvSlice::F16(k), KvSlice::F16(v)) => common::attention_any::<$int_dot, F16Lanes>(
                             q, head_dim, k, v, n_pos, stride, offset, scale, out,
                         ),
-                        (KvSlice::F32(k), KvSlice::F32(v)) => common::attention_any::<F32Lanes>(
+                        (KvSlice::F32(k), KvSlice::F32(v)) => common::attention_any::<$int_dot, F32Lanes>(
                             q, head_dim, k, v, n_pos, stride, offset, scale, out,
                         ),
                         _ => unreachable!("check_attention compared the types"),
