@@ -111,8 +111,8 @@ impl common::IntDot for DpbusdEvex {
 /// Otherwise identical to common::attention (so to reference::attention), for an even N, on
 /// 512-bit registers. A score takes two positions per register (lanes 0..8 position t's rule-2
 /// accumulator lanes, 8..16 position t + 1's), and the fold across lanes runs for 16 positions
-/// at once ([`fold16`]) instead of once per score; the value step takes 16 lanes per operation
-/// and up to four heads side by side ([`heads_step`]), so their one-add-per-position chains
+/// at once (`fold16`) instead of once per score; the value step takes 16 lanes per operation
+/// and up to four heads side by side (`heads_step`), so their one-add-per-position chains
 /// overlap. Every score and every output lane sees the reference's sequence. On Zen 4, whose
 /// 512-bit operations run as two 256-bit halves, only the fewer shuffles and the overlapped
 /// chains pay: TinyLlama shape (head_dim 64, 8 query heads per KV head), 1 thread, `--profile`
