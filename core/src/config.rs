@@ -108,6 +108,17 @@ impl ModelConfig {
         self.sliding_window.filter(|_| local)
     }
 
+    /// Bytes of f16 cache one decode step reads with `positions` cached: every layer's K and V
+    /// rows, a windowed layer's at most its window. A step reads them besides the weights.
+    pub fn cache_bytes_read(&self, positions: usize) -> usize {
+        (0..self.n_layers)
+            .map(|l| {
+                let rows = positions.min(self.layer_window(l).unwrap_or(usize::MAX));
+                rows * self.kv_dim() * 2 * std::mem::size_of::<u16>()
+            })
+            .sum()
+    }
+
     /// The factor of every attention score (rule 6).
     pub fn attention_scale(&self) -> f32 {
         self.extras

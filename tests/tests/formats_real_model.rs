@@ -75,6 +75,13 @@ fn smollm2_config() -> ModelConfig {
 }
 
 #[test]
+fn smollm2_cache_read_per_step_at_100_positions_is_2304000_bytes() {
+    // 30 layers x 100 rows x (K and V of 3 heads x 64) x 2 bytes.
+    assert_eq!(smollm2_config().cache_bytes_read(100), 2_304_000);
+    assert_eq!(smollm2_config().cache_bytes_read(0), 0);
+}
+
+#[test]
 fn smollm2_config_from_gguf_equals_model_facts() {
     let file = GgufFile::parse(model_bytes()).unwrap();
     assert_eq!(ModelConfig::from_gguf(&file).unwrap(), smollm2_config());

@@ -353,6 +353,15 @@ fn gemma3_config(window: usize) -> ModelConfig {
 }
 
 #[test]
+fn gemma3_cache_read_per_step_window_8_at_100_positions_is_17920_bytes() {
+    // Five windowed layers read 8 rows, the sixth all 100; K and V of 2 heads x 16, 2 bytes.
+    let c = gemma3_config(8);
+    assert_eq!(c.kv_dim(), 32);
+    assert_eq!(c.cache_bytes_read(100), 5 * 8 * 32 * 4 + 100 * 32 * 4);
+    assert_eq!(c.cache_bytes_read(5), 6 * 5 * 32 * 4);
+}
+
+#[test]
 fn gemma3_six_layers_window_4_agrees_with_f64_and_batched_equals_token_by_token() {
     let c = gemma3_config(4);
     check(c.clone(), None, "gemma3, window 4");

@@ -74,6 +74,11 @@ pub struct BenchRow {
     pub bandwidth_gb_s: f64,
     /// decode_gb_s as a share of bandwidth_gb_s.
     pub bandwidth_pct: f64,
+    /// MB of f16 KV cache a decode step reads halfway through the timed steps (every layer's
+    /// K and V rows it sees), besides the weights.
+    pub cache_mb_per_token: f64,
+    /// Like bandwidth_pct, with those cache bytes counted too.
+    pub bandwidth_pct_with_cache: f64,
     /// The check on bandwidth_gb_s: a memcpy's read + write GB/s on the same threads.
     pub copy_gb_s: f64,
     /// The process's peak resident memory once the model was loaded (before the 1 GiB
@@ -178,6 +183,11 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             let prefill_s = median(&mut prefill).as_secs_f64();
             let decode_s = median(&mut decode).as_secs_f64();
             let decode_tok_s = rate(args.decode_tokens, decode_s);
+            let cache_bytes = engine
+                .config()
+                .cache_bytes_read(prompt_tokens + args.decode_tokens / 2);
+            let pct =
+                |bytes: usize| 100.0 * bytes as f64 * decode_tok_s / 1e9 / bandwidth_gb_s.max(1e-9);
             let row = BenchRow {
                 model: model.clone(),
                 threads: t,
@@ -189,9 +199,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 decode_tok_s,
                 decode_gb_s: bytes_per_token as f64 * decode_tok_s / 1e9,
                 bandwidth_gb_s,
-                bandwidth_pct: 100.0 * bytes_per_token as f64 * decode_tok_s
-                    / 1e9
-                    / bandwidth_gb_s.max(1e-9),
+                bandwidth_pct: pct(bytes_per_token),
+                cache_mb_per_token: cache_bytes as f64 / 1e6,
+                bandwidth_pct_with_cache: pct(bytes_per_token + cache_bytes),
                 copy_gb_s,
                 peak_rss_mb,
                 huge_pages_mb,
@@ -248,11 +258,11 @@ fn rate(tokens: usize, seconds: f64) -> f64 {
 
 fn print_table(rows: &[BenchRow], to_stderr: bool) {
     let mut out = String::new();
-    out.push_str("| threads | prompt | prefill ms | prefill tok/s | decode tok/s | decode GB/s | bandwidth GB/s | % of bandwidth | peak RSS after load MB |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| threads | prompt | prefill ms | prefill tok/s | decode tok/s | decode GB/s | bandwidth GB/s | % of bandwidth | cache MB per token | % with cache | peak RSS after load MB |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.0}% | {:.0} |\n",
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.0}% | {:.1} | {:.0}% | {:.0} |\n",
             r.threads,
             r.prompt_tokens,
             r.prefill_ms,
@@ -261,6 +271,8 @@ fn print_table(rows: &[BenchRow], to_stderr: bool) {
             r.decode_gb_s,
             r.bandwidth_gb_s,
             r.bandwidth_pct,
+            r.cache_mb_per_token,
+            r.bandwidth_pct_with_cache,
             r.peak_rss_mb,
         ));
     }
