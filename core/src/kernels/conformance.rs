@@ -505,7 +505,10 @@ fn matmul(all: &mut Vec<Case>) {
 
 /// `queries` consecutive tokens, the last of which sees all `n_pos` positions, each with `heads`
 /// query heads of the KV head at offset head_dim of 3-head cache rows. `spread` scales the
-/// queries so scores span exp's underflow range; `specials` puts inf and NaN in the cache.
+/// queries so scores span exp's underflow range; `specials` puts inf and NaN in the cache;
+/// `zero_ties` makes every product a signed zero (queries +0, keys positive at even positions
+/// and negative at odd ones: every product of an odd position is -0), so every score is a zero
+/// and every block maximum a tie.
 #[derive(Debug, Clone, Copy)]
 struct AttentionCase {
     queries: usize,
@@ -515,6 +518,7 @@ struct AttentionCase {
     f16: bool,
     spread: f32,
     specials: bool,
+    zero_ties: bool,
 }
 
 fn attention_case(a: AttentionCase) -> Case {
@@ -526,10 +530,11 @@ fn attention_case(a: AttentionCase) -> Case {
         f16,
         spread,
         specials,
+        zero_ties,
     } = a;
     let name = format!(
         "attention(queries={queries},heads={heads},head_dim={head_dim},n_pos={n_pos},f16={f16},\
-         spread={spread},specials={specials})"
+         spread={spread},specials={specials},zero_ties={zero_ties})"
     );
     Case::new(name, move |k, rng| {
         let kv_dim = 3 * head_dim;
@@ -546,6 +551,16 @@ fn attention_case(a: AttentionCase) -> Case {
         };
         let mut keys = clamp(rng.edgy_values(n_pos * kv_dim, specials));
         let mut values = clamp(rng.edgy_values(n_pos * kv_dim, specials));
+        let q = if zero_ties {
+            for (t, row) in keys.chunks_mut(kv_dim).enumerate() {
+                for x in row {
+                    *x = if t % 2 == 0 { x.abs() } else { -x.abs() };
+                }
+            }
+            vec![0.0; q.len()]
+        } else {
+            q
+        };
         // With specials and three 64-position blocks: none in the first block, so the kernels'
         // short f16 conversion (that block) and exact one (the others) meet in one call.
         if specials && n_pos > 128 {
@@ -605,6 +620,7 @@ fn attention(all: &mut Vec<Case>) {
         f16,
         spread,
         specials: false,
+        zero_ties: false,
     };
     for f16 in [true, false] {
         for head_dim in [64, 128] {
@@ -667,6 +683,20 @@ fn attention(all: &mut Vec<Case>) {
         // Not a multiple of 8: the reference fallback.
         for head_dim in [6, 10] {
             all.push(attention_case(one(head_dim, 70, f16, 1.0)));
+        }
+        // Every score a zero, every block maximum a tie (-0 products included). Rule 2's
+        // accumulators start at +0, so even a dot of -0 products is +0 (+0 + -0 = +0): no score
+        // is ever -0, and the vector twins' lane-wise maxima, which could keep the other zero of
+        // a +0 / -0 tie, never meet one (were they to, exp(s - m) and exp(m - m') are 1 for
+        // either zero, so no output would see it).
+        for (head_dim, heads) in [(64, 1), (64, 8), (256, 4)] {
+            for n_pos in [2, 65, 130] {
+                all.push(attention_case(AttentionCase {
+                    heads,
+                    zero_ties: true,
+                    ..one(head_dim, n_pos, f16, 1.0)
+                }));
+            }
         }
         // inf and NaN in the cache.
         for n_pos in [65, 130] {

@@ -909,11 +909,13 @@ unsafe fn nibble_dot<D: IntDot>(
 pub const PREFETCH_BYTES: usize = 4096;
 
 /// Whether a pass over the tiles before `end` prefetches: when what it fetches ahead reaches the
-/// tiles in small pages, from `small_from` on (memory::Buf::small_pages_from; 0 for a `Vec`).
+/// tiles in small pages, from `small_from` on (memory::Buf::small_pages_from; 0 for a `Vec`),
+/// of `len` tiles. A buffer wholly in huge pages (an arena's) never does: what lies past its
+/// end is the next matrix, in huge pages too.
 #[inline(always)]
-fn prefetches<W>(end: usize, small_from: usize) -> bool {
+fn prefetches<W>(end: usize, small_from: usize, len: usize) -> bool {
     let size = std::mem::size_of::<W>();
-    end * size + PREFETCH_BYTES > small_from * size
+    small_from < len && end * size + PREFETCH_BYTES > small_from * size
 }
 
 /// One pass: the 8 rows of `tiles` (nb tiles, one row group) by T tokens (`x[t]` points at
@@ -1074,7 +1076,7 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
             };
             let (lane_lo, lane_hi, at) = group_lanes(g, groups, first_row, end_row);
             let group = tiles.as_ptr().add(g * nb);
-            let prefetch = prefetches::<W>((g + groups) * nb, small_from);
+            let prefetch = prefetches::<W>((g + groups) * nb, small_from, tiles.len());
             // A whole single group's lanes go straight to the outputs; partial groups and
             // pairs pass through `lanes`.
             let direct = groups == 1 && lane_hi - lane_lo == ROWS;
@@ -1157,6 +1159,20 @@ pub unsafe fn dot_q<D: IntDot, W: WeightTile>(w: &[W::Block], x: &[BlockQ8Act]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefetches_64_byte_tiles_vec_always_arena_never_own_mapping_4_kib_before_its_tail() {
+        type W = [u8; 64];
+        // A Vec: every tile in small pages.
+        assert!(prefetches::<W>(1, 0, 100));
+        // An arena's range: no small pages, not even past its end.
+        assert!(!prefetches::<W>(99, 100, 100));
+        assert!(!prefetches::<W>(100, 100, 100));
+        // A mapping of its own whose last partial huge page starts at tile 65536: from the
+        // pass whose next 4 KiB (64 tiles) reach it.
+        assert!(!prefetches::<W>(65472, 65536, 100_000));
+        assert!(prefetches::<W>(65473, 65536, 100_000));
+    }
 
     macro_rules! exp8_with {
         ($name:ident, $features:literal) => {
@@ -1747,7 +1763,7 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
         for g in first_row / ROWS..end_row.div_ceil(ROWS) {
             let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
             let group = tiles.as_ptr().add(g * nbk);
-            let prefetch = n_tokens <= 4 && prefetches::<W>((g + 1) * nbk, small_from);
+            let prefetch = n_tokens <= 4 && prefetches::<W>((g + 1) * nbk, small_from, tiles.len());
             // A whole group's lanes go straight to the outputs; a partial one through `lanes`.
             let direct = lane_hi - lane_lo == ROWS;
             let mut t0 = 0;
