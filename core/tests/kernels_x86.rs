@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use inferno_core::kernels::conformance::{self, SEED};
 use inferno_core::kernels::testdata::{bits_eq, random_activations, random_matrix, Rng};
-use inferno_core::kernels::tiles::for_each_tile;
+use inferno_core::kernels::tiles::{for_each_rows, for_each_tile};
 use inferno_core::kernels::{reference, Input, Kernels};
 use inferno_core::parallel::{Parallel, Serial};
 use inferno_core::pool::ThreadPool;
@@ -104,6 +104,30 @@ fn pool(threads: usize) -> Arc<dyn Parallel> {
         Ok::<_, std::convert::Infallible>(Some(std::thread::spawn(work)))
     });
     Arc::new(spawned.unwrap_or_else(|never| match never {}))
+}
+
+/// Runs of whole rows on 1, 2, 3 or 8 threads: every row is reached exactly once, by the run that
+/// starts at the first row the callback is given.
+#[test]
+fn for_each_rows_rows_0_1_7_40_of_3_runs_of_1_3_8_threads_1_2_3_8_each_row_once() {
+    let mut executors: Vec<(usize, Arc<dyn Parallel>)> = vec![(1, Arc::new(Serial))];
+    executors.extend([2, 3, 8].map(|t| (t, pool(t))));
+    for (threads, parallel) in &executors {
+        for rows in [0, 1, 7, 40] {
+            for per in [1, 3, 8] {
+                let mut buf = vec![0u32; rows * 3];
+                for_each_rows(&**parallel, &mut buf, 3, per, &|first, part| {
+                    for (r, row) in part.chunks_exact_mut(3).enumerate() {
+                        for v in row {
+                            *v += (first + r) as u32 + 1;
+                        }
+                    }
+                });
+                let want: Vec<u32> = (0..rows as u32).flat_map(|r| [r + 1; 3]).collect();
+                assert_eq!(buf, want, "threads {threads}, rows {rows}, {per} per run");
+            }
+        }
+    }
 }
 
 /// Rule 7 at the kernel level: a matmul cut into (rows x tokens) tiles and run on 1, 2, 3 or 8

@@ -9,8 +9,12 @@ use inferno_core::quant::GgmlType;
 use inferno_native::pool;
 use inferno_tests::{synthetic_gguf, SyntheticShape};
 
+/// Over 32 tokens, so the per-token steps between matmuls (norms, activation quantization, the
+/// gate) are split across threads too (`forward::tokens_per_item`).
 const PROMPT: &str = "Once upon a time, in a land far away, there lived a clockmaker who \
-                      could not tell the time.";
+                      could not tell the time. Every morning he wound a hundred clocks, and \
+                      every evening each of them showed a different hour, so the village \
+                      never agreed on when to eat.";
 
 fn engine(bytes: &[u8], threads: usize) -> Engine {
     let pool = pool::start(threads).expect("pool starts");
@@ -43,6 +47,11 @@ fn assert_same_for_every_thread_count(bytes: &[u8], what: &str) {
         .into_iter()
         .map(|t| t % vocab as u32)
         .collect();
+    assert!(
+        prompt.len() >= 32,
+        "{what}: the prompt is {} tokens",
+        prompt.len()
+    );
     let want = logits(&one, &prompt);
     for threads in [2, 3, 8] {
         let got = logits(&engine(bytes, threads), &prompt);

@@ -1,6 +1,7 @@
 //! Output tiles for threads: splits a (tokens x columns) region of an output buffer into
-//! disjoint (token range x column range) tiles and runs them on a [`Parallel`] without allocating.
-//! Only independent outputs are split (rule 7), so no tiling changes a result.
+//! disjoint (token range x column range) tiles, or a buffer into runs of whole rows, and runs
+//! them on a [`Parallel`] without allocating. Only independent outputs are split (rule 7), so no
+//! tiling changes a result.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -84,4 +85,53 @@ pub fn for_each_tile(
     } else {
         par.run(workers, &work);
     }
+}
+
+/// A buffer's start as a pointer every thread may hold; [`for_each_rows`] hands out disjoint
+/// runs of it.
+struct SharedRows<T>(*mut T);
+
+// SAFETY: the pointer is only dereferenced through disjoint runs of rows, each claimed by one
+// call of `Parallel::run` (once per index), while `for_each_rows` holds the `&mut` borrow.
+unsafe impl<T: Send> Sync for SharedRows<T> {}
+
+impl<T> SharedRows<T> {
+    /// Element `at` (a method, so closures capture the whole wrapper, not the raw field).
+    fn at(&self, at: usize) -> *mut T {
+        self.0.wrapping_add(at)
+    }
+}
+
+/// `buf` holds rows of `row_len` values; `f(first_row, rows)` runs for consecutive runs of
+/// `rows_per_run` rows (the last may be shorter), in any order, on any thread. One run (or one
+/// thread) is one call on the caller, with no parallel region.
+pub fn for_each_rows<T: Send>(
+    par: &dyn Parallel,
+    buf: &mut [T],
+    row_len: usize,
+    rows_per_run: usize,
+    f: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
+    if row_len == 0 || buf.is_empty() {
+        return;
+    }
+    assert!(buf.len().is_multiple_of(row_len), "for_each_rows: not whole rows");
+    let n_rows = buf.len() / row_len;
+    let per = rows_per_run.max(1);
+    let runs = n_rows.div_ceil(per);
+    if runs <= 1 || par.threads() <= 1 {
+        f(0, buf);
+        return;
+    }
+    let base = SharedRows(buf.as_mut_ptr());
+    par.run(runs, &|i| {
+        let first = i * per;
+        let rows = per.min(n_rows - first);
+        // SAFETY: run i is rows first..first + rows, inside `buf` (first < n_rows) and disjoint
+        // from every other run; `Parallel::run` calls each i once, and `buf`'s borrow outlives
+        // the call.
+        let part =
+            unsafe { std::slice::from_raw_parts_mut(base.at(first * row_len), rows * row_len) };
+        f(first, part);
+    });
 }

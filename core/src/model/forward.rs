@@ -5,7 +5,7 @@
 use super::profile::{Clock, Part, Profile};
 use super::{KvCache, LayerCache, LayerWeights, Stacked, Tuning, Weights};
 use crate::config::{Activation, ModelConfig};
-use crate::kernels::tiles::{for_each_tile, MAX_TOKENS_PER_CALL};
+use crate::kernels::tiles::{for_each_rows, for_each_tile, MAX_TOKENS_PER_CALL};
 use crate::kernels::{Input, Kernels, KvHead, Matrix};
 use crate::parallel::Parallel;
 use crate::quant::{BlockQ8Act, QK};
@@ -183,10 +183,10 @@ impl Weights {
             };
             clock.lap(Part::Other);
             // attention RMSNorm
-            rmsnorm_rows(kernels, x, &w.attn_norm, c.rms_eps, xn);
+            rmsnorm_rows(compute, x, &w.attn_norm, c.rms_eps, xn);
             clock.lap(Part::Norms);
             // q, k, v for these positions: one matmul when Q, K and V are fused
-            act.set(kernels, xn, dim, dim);
+            act.set(compute, xn, dim, dim);
             clock.lap(Part::Quantize);
             matmul_stacked(compute, &w.wqkv, act, qkv);
             clock.lap(Part::MatmulQkv);
@@ -214,18 +214,18 @@ impl Weights {
             attention(compute, c, sequences, l, &spans, qkv, att, window);
             clock.lap(Part::Attention);
             // output projection, post-attention RMSNorm (Gemma), residual
-            act.set(kernels, att, q_dim, q_dim);
+            act.set(compute, att, q_dim, q_dim);
             clock.lap(Part::Quantize);
             matmul(compute, &w.wo, act, proj, dim, 0);
             clock.lap(Part::MatmulWo);
-            let out = post_norm(kernels, w.post_attention_norm.as_deref(), c, proj, xn);
+            let out = post_norm(compute, w.post_attention_norm.as_deref(), c, proj, xn);
             add_into(x, out);
 
             // FFN RMSNorm
-            rmsnorm_rows(kernels, x, &w.ffn_norm, c.rms_eps, xn);
+            rmsnorm_rows(compute, x, &w.ffn_norm, c.rms_eps, xn);
             clock.lap(Part::Norms);
             // SwiGLU or GeGLU: gate and up in one matmul when fused
-            act.set(kernels, xn, dim, dim);
+            act.set(compute, xn, dim, dim);
             clock.lap(Part::Quantize);
             matmul_stacked(compute, &w.w_gate_up, act, ffn);
             clock.lap(Part::MatmulGateUp);
@@ -233,17 +233,20 @@ impl Weights {
                 Activation::Silu => kernels.silu_mul,
                 Activation::GeluTanh => kernels.gelu_tanh_mul,
             };
-            for row in ffn.chunks_exact_mut(2 * hidden_dim) {
-                let (gate, up) = row.split_at_mut(hidden_dim);
-                gate_mul(gate, up);
-            }
+            let rows = tokens_per_item(ffn.len() / (2 * hidden_dim), compute.parallel.threads());
+            for_each_rows(compute.parallel, ffn, 2 * hidden_dim, rows, &|_, ffn| {
+                for row in ffn.chunks_exact_mut(2 * hidden_dim) {
+                    let (gate, up) = row.split_at_mut(hidden_dim);
+                    gate_mul(gate, up);
+                }
+            });
             clock.lap(Part::GateActivation);
             // down projection, post-FFN RMSNorm (Gemma), residual
-            act.set(kernels, ffn, 2 * hidden_dim, hidden_dim);
+            act.set(compute, ffn, 2 * hidden_dim, hidden_dim);
             clock.lap(Part::Quantize);
             matmul(compute, &w.w_down, act, proj, dim, 0);
             clock.lap(Part::MatmulDown);
-            let out = post_norm(kernels, w.post_ffw_norm.as_deref(), c, proj, xn);
+            let out = post_norm(compute, w.post_ffw_norm.as_deref(), c, proj, xn);
             add_into(x, out);
         }
         for (s, span) in sequences.iter_mut().zip(&spans) {
@@ -271,9 +274,9 @@ impl Weights {
             return Ok(&[]);
         }
         let (x, xn) = (&proj[..picked * dim], &mut xn[..picked * dim]);
-        rmsnorm_rows(kernels, x, &self.output_norm, c.rms_eps, xn);
+        rmsnorm_rows(compute, x, &self.output_norm, c.rms_eps, xn);
         clock.lap(Part::Other);
-        act.set(kernels, xn, dim, dim);
+        act.set(compute, xn, dim, dim);
         clock.lap(Part::Quantize);
         logits.resize(picked * c.vocab_size, 0.0); // (positions, vocab_size)
         let output = self.output_matrix();
@@ -312,7 +315,7 @@ fn rope_angles(inv_freq: &[f32], spans: &[Span], cos: &mut Vec<f32>, sin: &mut V
 /// A sub-block's output `y` (n, dim) as the residual stream receives it: RMS-normalized into
 /// `out` when the layer has a post norm (Gemma), else `y` itself.
 fn post_norm<'a>(
-    kernels: &Kernels,
+    compute: Compute<'_>,
     norm: Option<&[f32]>,
     c: &ModelConfig,
     y: &'a [f32],
@@ -320,7 +323,7 @@ fn post_norm<'a>(
 ) -> &'a [f32] {
     match norm {
         Some(weight) => {
-            rmsnorm_rows(kernels, y, weight, c.rms_eps, out);
+            rmsnorm_rows(compute, y, weight, c.rms_eps, out);
             out
         }
         None => y,
@@ -537,7 +540,7 @@ pub(super) struct Activations {
 
 impl Activations {
     /// The input is the first `cols` values of every `stride`-long row of `x`.
-    pub(super) fn set(&mut self, kernels: &Kernels, x: &[f32], stride: usize, cols: usize) {
+    pub(super) fn set(&mut self, compute: Compute<'_>, x: &[f32], stride: usize, cols: usize) {
         let n = x.len() / stride;
         self.cols = cols;
         self.f32.clear();
@@ -548,13 +551,16 @@ impl Activations {
         if cols % QK == 0 {
             let nb = cols / QK;
             self.q8.resize(n * nb, BlockQ8Act::default());
-            for (row, q) in self
-                .f32
-                .chunks_exact(cols)
-                .zip(self.q8.chunks_exact_mut(nb))
-            {
-                (kernels.quantize_q8)(row, q);
-            }
+            let x = &self.f32;
+            let rows = tokens_per_item(n, compute.parallel.threads());
+            for_each_rows(compute.parallel, &mut self.q8, nb, rows, &|first, q8| {
+                for (row, q) in x[first * cols..]
+                    .chunks_exact(cols)
+                    .zip(q8.chunks_exact_mut(nb))
+                {
+                    (compute.kernels.quantize_q8)(row, q);
+                }
+            });
         }
     }
 
@@ -602,10 +608,25 @@ pub(super) fn matmul(
     );
 }
 
-fn rmsnorm_rows(kernels: &Kernels, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+fn rmsnorm_rows(compute: Compute<'_>, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let n = weight.len();
-    for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-        (kernels.rmsnorm)(xr, weight, eps, or);
+    let rows = tokens_per_item(out.len() / n.max(1), compute.parallel.threads());
+    for_each_rows(compute.parallel, out, n, rows, &|first, out| {
+        for (xr, or) in x[first * n..].chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            (compute.kernels.rmsnorm)(xr, weight, eps, or);
+        }
+    });
+}
+
+/// Tokens per work item of the per-token steps between matmuls (norms, activation quantization,
+/// the gate): a batch of 32 tokens or more is split across the threads (rule 7: tokens are
+/// independent outputs), about four items per thread; fewer tokens (decode, a speculative
+/// verify) run on the caller, where a parallel region would cost more than it saves.
+fn tokens_per_item(n_tokens: usize, threads: usize) -> usize {
+    if n_tokens < 32 || threads < 2 {
+        n_tokens.max(1)
+    } else {
+        n_tokens.div_ceil(4 * threads).max(8)
     }
 }
 

@@ -85,13 +85,13 @@ impl Tuning {
         let mut act = Activations::default();
         let mut best: Option<(f64, &'static Kernels)> = None;
         for k in candidates {
-            act.set(k, &x, w.cols, w.cols);
             let compute = Compute {
                 kernels: k,
                 parallel,
                 tuning: &tuning,
                 profile: None,
             };
+            act.set(compute, &x, w.cols, w.cols);
             let mut time = f64::INFINITY;
             for _ in 0..5 {
                 let t0 = Instant::now();
@@ -147,7 +147,13 @@ impl Tuning {
                 let x: Vec<f32> = (0..n_tokens * w.cols)
                     .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
                     .collect();
-                act.set(kernels, &x, w.cols, w.cols);
+                let whole = Compute {
+                    kernels,
+                    parallel,
+                    tuning: &tuning,
+                    profile: None,
+                };
+                act.set(whole, &x, w.cols, w.cols);
                 let mut out = vec![0.0f32; n_tokens * w.rows];
                 let mut fastest = f64::INFINITY;
                 for rows in TUNE_ROWS {
