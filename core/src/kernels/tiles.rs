@@ -115,7 +115,10 @@ pub fn for_each_rows<T: Send>(
     if row_len == 0 || buf.is_empty() {
         return;
     }
-    assert!(buf.len().is_multiple_of(row_len), "for_each_rows: not whole rows");
+    assert!(
+        buf.len().is_multiple_of(row_len),
+        "for_each_rows: not whole rows"
+    );
     let n_rows = buf.len() / row_len;
     let per = rows_per_run.max(1);
     let runs = n_rows.div_ceil(per);
