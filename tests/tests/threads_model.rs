@@ -10,7 +10,7 @@ use inferno_native::pool;
 use inferno_tests::{synthetic_gguf, SyntheticShape};
 
 /// Over 32 tokens, so the per-token steps between matmuls (norms, activation quantization, the
-/// gate) are split across threads too (`forward::tokens_per_item`).
+/// gate) are split across threads too (`forward::per_token`).
 const PROMPT: &str = "Once upon a time, in a land far away, there lived a clockmaker who \
                       could not tell the time. Every morning he wound a hundred clocks, and \
                       every evening each of them showed a different hour, so the village \

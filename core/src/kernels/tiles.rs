@@ -11,17 +11,19 @@ use crate::parallel::Parallel;
 /// several calls, which only changes how often the weights are re-read, never a result.
 pub const MAX_TOKENS_PER_CALL: usize = 32;
 
-/// The output buffer as a pointer every thread may hold. Each tile is claimed exactly once from
-/// an atomic ticket below, and tiles are disjoint, so no element is ever reached twice.
-struct SharedOut(*mut f32);
+/// A buffer's start as a pointer every thread may hold. Each tile ([`for_each_tile`]) or run of
+/// rows ([`for_each_rows`]) is claimed exactly once (an atomic ticket, or one index of
+/// `Parallel::run`), and they are disjoint, so no element is ever reached twice.
+struct SharedOut<T>(*mut T);
 
-// SAFETY: the pointer is only dereferenced through slices of disjoint tiles, each claimed by one
-// thread (see `for_each_tile`), while `for_each_tile` holds the `&mut` borrow of the buffer.
-unsafe impl Sync for SharedOut {}
+// SAFETY: the pointer is only dereferenced through slices of disjoint tiles or runs, each
+// claimed by one thread, while `for_each_tile` / `for_each_rows` holds the `&mut` borrow of the
+// buffer.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
 
-impl SharedOut {
+impl<T> SharedOut<T> {
     /// Element `at` (a method, so closures capture the whole wrapper, not the raw field).
-    fn at(&self, at: usize) -> *mut f32 {
+    fn at(&self, at: usize) -> *mut T {
         self.0.wrapping_add(at)
     }
 }
@@ -87,21 +89,6 @@ pub fn for_each_tile(
     }
 }
 
-/// A buffer's start as a pointer every thread may hold; [`for_each_rows`] hands out disjoint
-/// runs of it.
-struct SharedRows<T>(*mut T);
-
-// SAFETY: the pointer is only dereferenced through disjoint runs of rows, each claimed by one
-// call of `Parallel::run` (once per index), while `for_each_rows` holds the `&mut` borrow.
-unsafe impl<T: Send> Sync for SharedRows<T> {}
-
-impl<T> SharedRows<T> {
-    /// Element `at` (a method, so closures capture the whole wrapper, not the raw field).
-    fn at(&self, at: usize) -> *mut T {
-        self.0.wrapping_add(at)
-    }
-}
-
 /// `buf` holds rows of `row_len` values; `f(first_row, rows)` runs for consecutive runs of
 /// `rows_per_run` rows (the last may be shorter), in any order, on any thread. One run (or one
 /// thread) is one call on the caller, with no parallel region.
@@ -126,7 +113,7 @@ pub fn for_each_rows<T: Send>(
         f(0, buf);
         return;
     }
-    let base = SharedRows(buf.as_mut_ptr());
+    let base = SharedOut(buf.as_mut_ptr());
     par.run(runs, &|i| {
         let first = i * per;
         let rows = per.min(n_rows - first);

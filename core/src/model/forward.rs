@@ -233,8 +233,7 @@ impl Weights {
                 Activation::Silu => kernels.silu_mul,
                 Activation::GeluTanh => kernels.gelu_tanh_mul,
             };
-            let rows = tokens_per_item(ffn.len() / (2 * hidden_dim), compute.parallel.threads());
-            for_each_rows(compute.parallel, ffn, 2 * hidden_dim, rows, &|_, ffn| {
+            per_token(compute, ffn, 2 * hidden_dim, &|_, ffn| {
                 for row in ffn.chunks_exact_mut(2 * hidden_dim) {
                     let (gate, up) = row.split_at_mut(hidden_dim);
                     gate_mul(gate, up);
@@ -552,8 +551,7 @@ impl Activations {
             let nb = cols / QK;
             self.q8.resize(n * nb, BlockQ8Act::default());
             let x = &self.f32;
-            let rows = tokens_per_item(n, compute.parallel.threads());
-            for_each_rows(compute.parallel, &mut self.q8, nb, rows, &|first, q8| {
+            per_token(compute, &mut self.q8, nb, &|first, q8| {
                 for (row, q) in x[first * cols..]
                     .chunks_exact(cols)
                     .zip(q8.chunks_exact_mut(nb))
@@ -610,24 +608,32 @@ pub(super) fn matmul(
 
 fn rmsnorm_rows(compute: Compute<'_>, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let n = weight.len();
-    let rows = tokens_per_item(out.len() / n.max(1), compute.parallel.threads());
-    for_each_rows(compute.parallel, out, n, rows, &|first, out| {
+    per_token(compute, out, n, &|first, out| {
         for (xr, or) in x[first * n..].chunks_exact(n).zip(out.chunks_exact_mut(n)) {
             (compute.kernels.rmsnorm)(xr, weight, eps, or);
         }
     });
 }
 
-/// Tokens per work item of the per-token steps between matmuls (norms, activation quantization,
-/// the gate): a batch of 32 tokens or more is split across the threads (rule 7: tokens are
-/// independent outputs), about four items per thread; fewer tokens (decode, a speculative
-/// verify) run on the caller, where a parallel region would cost more than it saves.
-fn tokens_per_item(n_tokens: usize, threads: usize) -> usize {
-    if n_tokens < 32 || threads < 2 {
+/// A per-token step between matmuls (norms, activation quantization, the gate) over `buf`, one
+/// token per `row_len` values: `f(first_token, tokens)`. A batch of 32 tokens or more is split
+/// across the threads (rule 7: tokens are independent outputs), about four items per thread;
+/// fewer tokens (decode, a speculative verify) run on the caller, where a parallel region would
+/// cost more than it saves.
+fn per_token<T: Send>(
+    compute: Compute<'_>,
+    buf: &mut [T],
+    row_len: usize,
+    f: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
+    let n_tokens = buf.len() / row_len.max(1);
+    let threads = compute.parallel.threads();
+    let per_item = if n_tokens < 32 || threads < 2 {
         n_tokens.max(1)
     } else {
         n_tokens.div_ceil(4 * threads).max(8)
-    }
+    };
+    for_each_rows(compute.parallel, buf, row_len, per_item, f);
 }
 
 fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {

@@ -147,13 +147,13 @@ impl Tuning {
                 let x: Vec<f32> = (0..n_tokens * w.cols)
                     .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
                     .collect();
-                let whole = Compute {
+                let compute = Compute {
                     kernels,
                     parallel,
                     tuning: &tuning,
                     profile: None,
                 };
-                act.set(whole, &x, w.cols, w.cols);
+                act.set(compute, &x, w.cols, w.cols);
                 let mut out = vec![0.0f32; n_tokens * w.rows];
                 let mut fastest = f64::INFINITY;
                 for rows in TUNE_ROWS {

@@ -1706,8 +1706,10 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
             // wait on the next sub-block's dot chain, which the out-of-order window alone did not
             // overlap. Literal indices resolve each sub-block's unpacking at compile time (Q4_K's
             // in-place high nibbles on odd j, Q6_K's nibble half and `qh` shift). A 2048 x 2048
-            // matmul in L3, one token, 1 thread on Zen 4 (avx512), before / after: Q4_K 40 / 43-47
-            // GB/s, Q5_K 27 / 35, Q6_K 27.5 / 37; 4 tokens 54 / 56-59, 53 / 62, 56 / 61; avx2 too.
+            // matmul in L3, 1 thread on Zen 4, GB/s before / after (medians of three alternated
+            // rounds): avx512 one token Q4_K 39.9 / 43.1, Q5_K 26.9 / 35.3, Q6_K 27.2 / 36.8; four
+            // tokens 54.0 / 60.9, 53.2 / 62.9, 56.0 / 65.7; avx2 one token 31.6 / 38.9, 22.2 /
+            // 30.2, 21.0 / 27.3.
             macro_rules! four_sub_blocks {
                 ($($j:literal),+) => {{
                     let ints = [$({
