@@ -186,7 +186,7 @@ impl Weights {
             rmsnorm_rows(compute, x, &w.attn_norm, c.rms_eps, xn);
             clock.lap(Part::Norms);
             // q, k, v for these positions: one matmul when Q, K and V are fused
-            act.set(compute, xn, dim, dim);
+            act.set(compute, xn, dim, dim, &w.wqkv.matrices);
             clock.lap(Part::Quantize);
             matmul_stacked(compute, &w.wqkv, act, qkv);
             clock.lap(Part::MatmulQkv);
@@ -214,7 +214,7 @@ impl Weights {
             attention(compute, c, sequences, l, &spans, qkv, att, window);
             clock.lap(Part::Attention);
             // output projection, post-attention RMSNorm (Gemma), residual
-            act.set(compute, att, q_dim, q_dim);
+            act.set(compute, att, q_dim, q_dim, [&w.wo]);
             clock.lap(Part::Quantize);
             matmul(compute, &w.wo, act, proj, dim, 0);
             clock.lap(Part::MatmulWo);
@@ -225,7 +225,7 @@ impl Weights {
             rmsnorm_rows(compute, x, &w.ffn_norm, c.rms_eps, xn);
             clock.lap(Part::Norms);
             // SwiGLU or GeGLU: gate and up in one matmul when fused
-            act.set(compute, xn, dim, dim);
+            act.set(compute, xn, dim, dim, &w.w_gate_up.matrices);
             clock.lap(Part::Quantize);
             matmul_stacked(compute, &w.w_gate_up, act, ffn);
             clock.lap(Part::MatmulGateUp);
@@ -241,7 +241,7 @@ impl Weights {
             });
             clock.lap(Part::GateActivation);
             // down projection, post-FFN RMSNorm (Gemma), residual
-            act.set(compute, ffn, 2 * hidden_dim, hidden_dim);
+            act.set(compute, ffn, 2 * hidden_dim, hidden_dim, [&w.w_down]);
             clock.lap(Part::Quantize);
             matmul(compute, &w.w_down, act, proj, dim, 0);
             clock.lap(Part::MatmulDown);
@@ -275,10 +275,10 @@ impl Weights {
         let (x, xn) = (&proj[..picked * dim], &mut xn[..picked * dim]);
         rmsnorm_rows(compute, x, &self.output_norm, c.rms_eps, xn);
         clock.lap(Part::Other);
-        act.set(compute, xn, dim, dim);
+        let output = self.output_matrix();
+        act.set(compute, xn, dim, dim, [output]);
         clock.lap(Part::Quantize);
         logits.resize(picked * c.vocab_size, 0.0); // (positions, vocab_size)
-        let output = self.output_matrix();
         matmul(compute, output, act, logits, c.vocab_size, 0);
         clock.lap(Part::MatmulOutput);
         Ok(logits)
@@ -538,34 +538,60 @@ pub(super) struct Activations {
 }
 
 impl Activations {
-    /// The input is the first `cols` values of every `stride`-long row of `x`.
-    pub(super) fn set(&mut self, compute: Compute<'_>, x: &[f32], stride: usize, cols: usize) {
+    /// The input is the first `cols` values of every `stride`-long row of `x`, for the
+    /// matrices `readers`: f32 rows if one of them has float weights, Q8 blocks if one has
+    /// quantized ones. Each is written straight from `x`, split across the threads for a batch
+    /// (a 500-token prefill's copy and quantization were ~5% of it on 2 threads when one
+    /// thread copied every row first), and the buffers keep their allocation (every value is
+    /// overwritten).
+    pub(super) fn set<'m>(
+        &mut self,
+        compute: Compute<'_>,
+        x: &[f32],
+        stride: usize,
+        cols: usize,
+        readers: impl IntoIterator<Item = &'m Matrix>,
+    ) {
         let n = x.len() / stride;
         self.cols = cols;
+        let (mut f32_rows, mut q8) = (false, false);
+        for w in readers {
+            if w.wants_q8() {
+                q8 = true;
+            } else {
+                f32_rows = true;
+            }
+        }
         self.f32.clear();
-        for row in x.chunks_exact(stride) {
-            self.f32.extend_from_slice(&row[..cols]);
+        if f32_rows {
+            self.f32.resize(n * cols, 0.0);
+            per_token(compute, &mut self.f32, cols, &|first, rows| {
+                let src = x[first * stride..].chunks(stride);
+                for (dst, src) in rows.chunks_exact_mut(cols).zip(src) {
+                    dst.copy_from_slice(&src[..cols]);
+                }
+            });
         }
         self.q8.clear();
-        if cols % QK == 0 {
+        if q8 {
             let nb = cols / QK;
             self.q8.resize(n * nb, BlockQ8Act::default());
-            let x = &self.f32;
             per_token(compute, &mut self.q8, nb, &|first, q8| {
-                for (row, q) in x[first * cols..]
-                    .chunks_exact(cols)
-                    .zip(q8.chunks_exact_mut(nb))
-                {
-                    (compute.kernels.quantize_q8)(row, q);
+                let src = x[first * stride..].chunks(stride);
+                for (q, row) in q8.chunks_exact_mut(nb).zip(src) {
+                    (compute.kernels.quantize_q8)(&row[..cols], q);
                 }
             });
         }
     }
 
+    /// What `w` reads (it must have been among the `readers` of the last `set`).
     fn input(&self, w: &Matrix) -> Input<'_> {
         if w.wants_q8() {
+            debug_assert!(!self.q8.is_empty(), "matmul input: Q8 blocks were not made");
             Input::Q8(&self.q8)
         } else {
+            debug_assert!(!self.f32.is_empty(), "matmul input: f32 rows were not kept");
             Input::F32(&self.f32)
         }
     }

@@ -91,7 +91,7 @@ impl Tuning {
                 tuning: &tuning,
                 profile: None,
             };
-            act.set(compute, &x, w.cols, w.cols);
+            act.set(compute, &x, w.cols, w.cols, [w]);
             let mut time = f64::INFINITY;
             for _ in 0..5 {
                 let t0 = Instant::now();
@@ -153,7 +153,7 @@ impl Tuning {
                     tuning: &tuning,
                     profile: None,
                 };
-                act.set(compute, &x, w.cols, w.cols);
+                act.set(compute, &x, w.cols, w.cols, [w]);
                 let mut out = vec![0.0f32; n_tokens * w.rows];
                 let mut fastest = f64::INFINITY;
                 for rows in TUNE_ROWS {
