@@ -313,7 +313,7 @@ fn bench_speculative_json_rows_for_three_workloads_and_four_batch_sizes() {
 }
 
 #[test]
-fn bench_profile_json_rows_per_context_with_every_part_within_the_total() {
+fn bench_profile_json_decode_then_prefill_rows_per_context_with_every_part_within_the_total() {
     let o = inferno(&[
         "bench",
         "--profile",
@@ -328,8 +328,19 @@ fn bench_profile_json_rows_per_context_with_every_part_within_the_total() {
         "4",
     ]);
     let lines = json_lines(&ok(&o));
-    let contexts: Vec<u64> = lines.iter().filter_map(|l| l["context"].as_u64()).collect();
-    assert_eq!(contexts, [8, 40]);
+    let rows: Vec<(&str, u64)> = lines
+        .iter()
+        .map(|l| (l["phase"].as_str().unwrap(), l["context"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("decode", 8),
+            ("decode", 40),
+            ("prefill", 8),
+            ("prefill", 40)
+        ]
+    );
     for l in &lines {
         let parts = l["parts"].as_array().unwrap();
         let names: Vec<&str> = parts.iter().map(|p| p[0].as_str().unwrap()).collect();

@@ -4,7 +4,8 @@
 //! forward's own clock, `inferno_core::model::Profile`), and, inside those, the time the calling
 //! thread waited at the pool's barriers for the other threads. With `--batch B`, B sequences
 //! decode together (one forward per step over one token of each, as `inferno serve` runs
-//! them): the split is per step, and the aggregate tokens/s is what batching buys.
+//! them): the split is per step, and the aggregate tokens/s is what batching buys. The same
+//! split of the prompts' prefill (per prompt token) follows in a second table.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,9 +21,11 @@ use serde::Serialize;
 use super::{BenchArgs, Prompts};
 use crate::pool;
 
-/// One line of `inferno bench --profile --json`: milliseconds per decoded token.
+/// One line of `inferno bench --profile --json`: milliseconds per decoded token (phase
+/// "decode") or per prompt token (phase "prefill": the prompts of the same trials).
 #[derive(Serialize, Debug, Clone)]
 pub struct ProfileRow {
+    pub phase: &'static str,
     pub model: String,
     pub threads: usize,
     pub kernels: String,
@@ -30,21 +33,21 @@ pub struct ProfileRow {
     /// Sequences decoded together.
     pub batch: usize,
     pub decode_tokens: usize,
-    /// Per step (one token of each sequence).
+    /// Per step (one token of each sequence), or per prompt token.
     pub total_ms: f64,
-    /// Tokens per second over all the sequences.
+    /// Tokens per second over all the sequences (prompt tokens per second for prefill).
     pub aggregate_tok_s: f64,
     /// (part, ms per token), in the forward's order.
     pub parts: Vec<(String, f64)>,
     /// Of the total, the caller's wait for other threads at the end of parallel calls.
     pub barrier_wait_ms: f64,
-    /// Outside the forward: sampling and the loop.
+    /// Outside the forward: sampling and the loop (prefill: the session's own work).
     pub outside_forward_ms: f64,
 }
 
 pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) -> Result<()> {
     let prompts = Prompts::new(engine, args)?;
-    let mut rows = Vec::new();
+    let (mut rows, mut prefill_rows) = (Vec::new(), Vec::new());
     for &t in threads {
         let pool = Arc::new(pool::start(t)?);
         let engine = engine
@@ -55,14 +58,25 @@ pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) 
             for &batch in &args.batch {
                 let mut parts = [0u64; Part::ALL.len()];
                 let (mut total, mut waited) = (0f64, 0u64);
+                let mut prefill = Measured::default();
                 let mut scratch = Scratch::default();
                 for trial in 0..=args.trials {
                     // Each sequence its own prompt (the trials' prompts, in turn).
                     let mut sessions = Vec::with_capacity(batch);
+                    profile.reset();
+                    let (prefill_waited, prefill_from) = (pool.waited_ns(), Instant::now());
                     for b in 0..batch {
                         let mut session = engine.new_session();
-                        session.append(prompts.get(p, (trial + b) % (args.trials + 1)))?;
+                        let prompt = prompts.get(p, (trial + b) % (args.trials + 1));
+                        session.append(prompt)?;
                         sessions.push(session);
+                        if trial > 0 {
+                            prefill.tokens += prompt.len();
+                        }
+                    }
+                    if trial > 0 {
+                        let waited = pool.waited_ns() - prefill_waited;
+                        prefill.add(prefill_from, waited, profile.snapshot());
                     }
                     let mut sampler = Sampler::new(SamplerConfig::greedy());
                     profile.reset();
@@ -98,6 +112,7 @@ pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) 
                 let in_forward: u64 = parts.iter().sum();
                 let total_ms = total * 1e3 / steps;
                 let row = ProfileRow {
+                    phase: "decode",
                     model: model.to_string(),
                     threads: t,
                     kernels: engine.kernels().name.to_string(),
@@ -117,23 +132,69 @@ pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) 
                 if args.json {
                     println!("{}", serde_json::to_string(&row)?);
                 }
+                let per_token = |ms: f64| ms * steps / prefill.tokens.max(1) as f64;
+                let total_ms = per_token(prefill.seconds * 1e3 / steps);
+                let in_forward: u64 = prefill.parts.iter().sum();
+                prefill_rows.push(ProfileRow {
+                    phase: "prefill",
+                    total_ms,
+                    aggregate_tok_s: 1e3 / total_ms.max(1e-12),
+                    parts: Part::ALL
+                        .iter()
+                        .zip(prefill.parts)
+                        .map(|(part, ns)| (part.name().to_string(), per_token(ms(ns))))
+                        .collect(),
+                    barrier_wait_ms: per_token(ms(prefill.waited_ns)),
+                    outside_forward_ms: (total_ms - per_token(ms(in_forward))).max(0.0),
+                    ..row.clone()
+                });
                 rows.push(row);
             }
         }
     }
-    print_table(&rows, args.json);
+    if args.json {
+        for row in &prefill_rows {
+            println!("{}", serde_json::to_string(row)?);
+        }
+    }
+    print_table(&rows, "ms per decode step", args.json);
+    print_table(&prefill_rows, "ms per prompt token (prefill)", args.json);
     Ok(())
 }
 
-fn print_table(rows: &[ProfileRow], to_stderr: bool) {
-    let mut out = String::from("| ms per decode step |");
+/// Prefill's share of the trials: wall time, the pool's barrier waits and the forward's parts.
+#[derive(Default)]
+struct Measured {
+    tokens: usize,
+    seconds: f64,
+    waited_ns: u64,
+    parts: [u64; Part::ALL.len()],
+}
+
+impl Measured {
+    fn add(&mut self, since: Instant, waited_ns: u64, parts: [u64; Part::ALL.len()]) {
+        self.seconds += since.elapsed().as_secs_f64();
+        self.waited_ns += waited_ns;
+        for (sum, ns) in self.parts.iter_mut().zip(parts) {
+            *sum += ns;
+        }
+    }
+}
+
+fn print_table(rows: &[ProfileRow], title: &str, to_stderr: bool) {
+    let mut out = format!("| {title} |");
     for r in rows {
         let batch = if r.batch > 1 {
             format!(", batch {}", r.batch)
         } else {
             String::new()
         };
-        out.push_str(&format!(" {}t, ctx {}{batch} |", r.threads, r.context));
+        let at = if r.phase == "prefill" {
+            "prompt"
+        } else {
+            "ctx"
+        };
+        out.push_str(&format!(" {}t, {at} {}{batch} |", r.threads, r.context));
     }
     out.push_str("\n|---|");
     out.push_str(&"---|".repeat(rows.len()));
@@ -165,6 +226,7 @@ fn print_table(rows: &[ProfileRow], to_stderr: bool) {
     line("(of the above: waiting at barriers)", &|r| {
         r.barrier_wait_ms
     });
+    out.push('\n');
     if to_stderr {
         eprint!("{out}");
     } else {
