@@ -684,11 +684,11 @@ fn attention(all: &mut Vec<Case>) {
         for head_dim in [6, 10] {
             all.push(attention_case(one(head_dim, 70, f16, 1.0)));
         }
-        // Every score a zero, every block maximum a tie (-0 products included). Rule 2's
-        // accumulators start at +0, so even a dot of -0 products is +0 (+0 + -0 = +0): no score
-        // is ever -0, and the vector twins' lane-wise maxima, which could keep the other zero of
-        // a +0 / -0 tie, never meet one (were they to, exp(s - m) and exp(m - m') are 1 for
-        // either zero, so no output would see it).
+        // Every score a zero, every block maximum a tie (-0 products included). The reference's
+        // rule-2 accumulators start at +0, so its dot of -0 products is +0 (+0 + -0 = +0); a
+        // twin that starts a lane from its first product (rule 6 allows it: AVX-512's) makes
+        // the odd positions' scores -0, and lane-wise or tree maxima may keep either zero of a
+        // tie. The outputs must not see it: exp(s - m) and exp(m - m') are 1 for either zero.
         for (head_dim, heads) in [(64, 1), (64, 8), (256, 4)] {
             for n_pos in [2, 65, 130] {
                 all.push(attention_case(AttentionCase {

@@ -113,11 +113,15 @@ impl common::IntDot for DpbusdEvex {
 /// accumulator lanes, 8..16 position t + 1's), and the fold across lanes runs for 16 positions
 /// at once (`fold16`) instead of once per score; the value step takes 16 lanes per operation
 /// and up to four heads side by side (`heads_step`), so their one-add-per-position chains
-/// overlap. Every score and every output lane sees the reference's sequence. On Zen 4, whose
-/// 512-bit operations run as two 256-bit halves, only the fewer shuffles and the overlapped
-/// chains pay: TinyLlama shape (head_dim 64, 8 query heads per KV head), 1 thread, `--profile`
-/// attention per decode step after 500 / 1500 tokens 3.9-4.0 / 10.8-11.0 ms with the 256-bit
-/// twin, 3.4-3.5 / 9.8-10.2 ms with this one (alternated).
+/// overlap. Every output lane sees the reference's sequence, and every score too but for the
+/// first add of each accumulator lane (`+0 + product`, skipped: rule 6 allows it, only a zero
+/// score's sign can change). On Zen 4, whose 512-bit operations run as two 256-bit halves,
+/// only the fewer shuffles and the overlapped chains pay: TinyLlama shape (head_dim 64, 8 query
+/// heads per KV head), 1 thread, `--profile` attention per decode step after 500 / 1500 tokens
+/// 3.9-4.0 / 10.8-11.0 ms with the 256-bit twin, 3.4-3.5 / 9.8-10.2 ms with this one
+/// (alternated); skipping the first adds and a tree for the block maximum then gave 1500
+/// tokens 10.0-11.0 ms against 10.1-11.2 (medians of three alternated runs 10.1 / 11.2; a
+/// microbench of the 22 layers' calls, 8.1-9.7 / 8.7-10.4 ns per (head, position)).
 ///
 /// # Safety
 /// As common::attention: shapes checked by the caller, avx512f and f16c enabled in it.
@@ -257,8 +261,13 @@ unsafe fn heads_step<L: common::Lanes, const N: usize, const H: usize>(
                     let kp = &kbuf[8 * g + pp];
                     let mut acc = [_mm512_setzero_ps(); 4];
                     for j in 0..N {
-                        let kt = kp[j].assume_init();
-                        acc[j % 4] = _mm512_add_ps(acc[j % 4], _mm512_mul_ps(q2[j], kt));
+                        let product = _mm512_mul_ps(q2[j], kp[j].assume_init());
+                        // A lane's first product starts its sum (rule 6's exception to rule 2).
+                        acc[j % 4] = if j < 4 {
+                            product
+                        } else {
+                            _mm512_add_ps(acc[j % 4], product)
+                        };
                     }
                     *sp =
                         _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
@@ -277,12 +286,9 @@ unsafe fn heads_step<L: common::Lanes, const N: usize, const H: usize>(
                 let mask = ((1u32 << live) - 1) as __mmask16;
                 most16 = _mm512_mask_max_ps(most16, mask, sv, most16);
             }
-            let mut lanes = [0.0f32; 16];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), most16);
-            let mut block_max = f32::NEG_INFINITY;
-            for &x in &lanes {
-                block_max = if x > block_max { x } else { block_max };
-            }
+            // (A tree of maxima, not the reference's left-to-right scan: the same value, but
+            // for which zero survives a tie of +0 and -0, as above.)
+            let block_max = _mm512_reduce_max_ps(most16);
             let m_new = if block_max > m[head] {
                 block_max
             } else {
