@@ -98,7 +98,8 @@ wasm-selftest: setup
 	RUSTFLAGS="-C target-feature=+simd128" $(WASM_SELFTEST) --target-dir target/wasm-simd128
 	RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" $(WASM_SELFTEST) --target-dir target/wasm-relaxed
 
-# Quantized matmul speed per wasm backend, in Node and in headless Chromium (not part of make test).
+# Quantized matmul and decode attention speed per wasm backend, in Node and in headless Chromium
+# (not part of make test).
 bench-wasm-kernels: wasm-selftest setup-wasm
 	node tests/wasm-selftest/run.mjs target/wasm-simd128/wasm32-unknown-unknown/$(WASM_PROFILE)/inferno_wasm_selftest.wasm --bench --chromium
 	node --experimental-wasm-relaxed-simd --no-liftoff tests/wasm-selftest/run.mjs target/wasm-relaxed/wasm32-unknown-unknown/$(WASM_PROFILE)/inferno_wasm_selftest.wasm --bench --chromium

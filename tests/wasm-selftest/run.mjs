@@ -1,5 +1,5 @@
-// Runs the wasm kernels' self test (and optionally the matmul benchmark) in a plain
-// wasm32-unknown-unknown module built from this crate, with no wasm-bindgen.
+// Runs the wasm kernels' self test (and optionally the matmul and attention benchmarks) in a
+// plain wasm32-unknown-unknown module built from this crate, with no wasm-bindgen.
 //
 //   node run.mjs <file.wasm> [--expect reference,simd128] [--seed N] [--bench] [--chromium]
 //   node --experimental-wasm-relaxed-simd --no-liftoff run.mjs <relaxed.wasm> ...
@@ -62,8 +62,9 @@ console.log(simd.length === 0
   ? `${file}: ok, reference only (no SIMD backend in this build)`
   : `${file}: ok, ${simd.join(', ')} equal the reference bitwise (seed ${seed}, ${seconds} s)`);
 
-// The matmul benchmark, self-contained so it can also run inside a Chromium page (its source
-// is sent there): `exports` are the instance's exports, `names` the backends. Returns lines.
+// The matmul and attention benchmarks, self-contained so they can also run inside a Chromium
+// page (its source is sent there): `exports` are the instance's exports, `names` the backends.
+// Returns lines.
 function benchMatmul(exports, names) {
   const lines = [];
   // [type, kind, rows, tokens]: SmolLM2's FFN matrix (576 columns, L2-sized) for decode and
@@ -87,6 +88,26 @@ function benchMatmul(exports, names) {
       const gops = (2 * rows * cols * tokens) / perCall / 1e9;
       lines.push(`bench matmul ${type} ${rows}x${cols} tokens ${tokens} [${name}]: ` +
         `${(perCall * 1e6).toFixed(0)} us/call, ${gops.toFixed(1)} GOPS`);
+    });
+  }
+  // One decode step's attention for one KV head of TinyLlama's shape (8 query heads of 64,
+  // f16 cache) after 500 and 1500 positions.
+  for (const positions of [500, 1500]) {
+    exports.inferno_bench_attention_setup(positions);
+    names.forEach((name, index) => {
+      const iterations = Math.max(1, Math.round(2e6 / positions));
+      exports.inferno_bench_attention_run(index, iterations);
+      const times = [];
+      for (let trial = 0; trial < 7; trial++) {
+        const t0 = performance.now();
+        exports.inferno_bench_attention_run(index, iterations);
+        times.push((performance.now() - t0) / 1000);
+      }
+      times.sort((a, b) => a - b);
+      const perCall = times[3] / iterations;
+      lines.push(`bench attention head_dim 64, 8 heads, ${positions} positions [${name}]: ` +
+        `${(perCall * 1e6).toFixed(0)} us/call, ${(perCall * 1e9 / (8 * positions)).toFixed(2)} ` +
+        'ns per (head, position)');
     });
   }
   return lines;

@@ -1,7 +1,7 @@
 //! A plain `wasm32-unknown-unknown` module (no wasm-bindgen) that runs the wasm kernels'
-//! bitwise self test ([`inferno_core::kernels::wasm32::selftest`]) and a matmul benchmark, for
-//! run.mjs under Node.js. Built three times by `make wasm-selftest`: reference (scalar only),
-//! simd128, and simd128 + relaxed-simd. The exports take and return numbers only; a message
+//! bitwise self test ([`inferno_core::kernels::wasm32::selftest`]) and matmul and attention
+//! benchmarks, for run.mjs under Node.js. Built three times by `make wasm-selftest`: reference
+//! (scalar only), simd128, and simd128 + relaxed-simd. The exports take and return numbers only; a message
 //! (the first mismatch, or the backends checked) is read from memory at
 //! `inferno_message_ptr()`, `inferno_message_len()` bytes of UTF-8.
 //!
@@ -179,4 +179,75 @@ pub extern "C" fn inferno_bench_run(backend: u32, iterations: u32) -> f32 {
         (kernels.matmul)(w, 0, &Input::Q8(x), &mut outs);
     }
     out.iter().sum()
+}
+
+/// The attention benchmark's data: one KV head's f16 cache of `positions` rows (head_dim 64,
+/// in rows of 4 KV heads, TinyLlama's shape) and one query of its 8 query heads.
+struct AttentionBench {
+    keys: Vec<u16>,
+    values: Vec<u16>,
+    q: Vec<f32>,
+    out: Vec<f32>,
+    positions: usize,
+}
+
+static ATTENTION_BENCH: Mutex<Option<AttentionBench>> = Mutex::new(None);
+
+const BENCH_HEAD_DIM: usize = 64;
+const BENCH_KV_DIM: usize = 4 * BENCH_HEAD_DIM;
+const BENCH_QUERY_HEADS: usize = 8;
+
+/// Prepares the attention benchmark over `positions` cached positions (deterministic data).
+#[no_mangle]
+pub extern "C" fn inferno_bench_attention_setup(positions: u32) {
+    let positions = positions.max(1) as usize;
+    let mut state = 0x9e37_79b9_u32;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        (state % 2001) as f32 / 1000.0 - 1.0
+    };
+    let mut cache = || -> Vec<u16> {
+        (0..positions * BENCH_KV_DIM)
+            .map(|_| inferno_core::quant::f32_to_f16(next()))
+            .collect()
+    };
+    let (keys, values) = (cache(), cache());
+    let q = (0..BENCH_QUERY_HEADS * BENCH_HEAD_DIM)
+        .map(|i| (i % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    *ATTENTION_BENCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(AttentionBench {
+        keys,
+        values,
+        q,
+        out: vec![0.0; BENCH_QUERY_HEADS * BENCH_HEAD_DIM],
+        positions,
+    });
+}
+
+/// Runs one decode step's attention for KV head 1 (its 8 query heads over every position)
+/// `iterations` times with backend `backend`; returns a checksum of the output.
+#[no_mangle]
+pub extern "C" fn inferno_bench_attention_run(backend: u32, iterations: u32) -> f32 {
+    let mut guard = ATTENTION_BENCH.lock().unwrap_or_else(|e| e.into_inner());
+    let (Some(bench), Some(kernels)) = (
+        guard.as_mut(),
+        Kernels::available().get(backend as usize).copied(),
+    ) else {
+        return f32::NAN;
+    };
+    let kv = inferno_core::kernels::KvHead {
+        keys: inferno_core::kernels::KvSlice::F16(&bench.keys),
+        values: inferno_core::kernels::KvSlice::F16(&bench.values),
+        positions: bench.positions,
+        kv_dim: BENCH_KV_DIM,
+        offset: BENCH_HEAD_DIM,
+        head_dim: BENCH_HEAD_DIM,
+        scale: 0.125,
+    };
+    for _ in 0..iterations {
+        (kernels.attention)(&[&bench.q[..]], &kv, &mut [&mut bench.out[..]]);
+    }
+    bench.out.iter().sum()
 }
