@@ -65,8 +65,20 @@ console.log(simd.length === 0
 // The matmul and attention benchmarks, self-contained so they can also run inside a Chromium
 // page (its source is sent there): `exports` are the instance's exports, `names` the backends.
 // Returns lines.
-function benchMatmul(exports, names) {
+function benchKernels(exports, names) {
   const lines = [];
+  // Seconds per call of `run(iterations)`: the median of 7 timed trials after a warm-up.
+  const perCall = (run, iterations) => {
+    run(iterations);
+    const times = [];
+    for (let trial = 0; trial < 7; trial++) {
+      const t0 = performance.now();
+      run(iterations);
+      times.push((performance.now() - t0) / 1000);
+    }
+    times.sort((a, b) => a - b);
+    return times[3] / iterations;
+  };
   // [type, kind, rows, tokens]: SmolLM2's FFN matrix (576 columns, L2-sized) for decode and
   // prefill, its tied output head (30 MB, streamed from memory) for decode, and Gemma 3 270M's
   // FFN down projection (640 x 2048) as Q4_K and Q6_K.
@@ -76,18 +88,10 @@ function benchMatmul(exports, names) {
     const cols = exports.inferno_bench_setup(kind, rows, tokens);
     names.forEach((name, index) => {
       const iterations = Math.max(1, Math.round(300000 * 576 / (rows * cols * tokens)));
-      exports.inferno_bench_run(index, iterations);
-      const times = [];
-      for (let trial = 0; trial < 7; trial++) {
-        const t0 = performance.now();
-        exports.inferno_bench_run(index, iterations);
-        times.push((performance.now() - t0) / 1000);
-      }
-      times.sort((a, b) => a - b);
-      const perCall = times[3] / iterations;
-      const gops = (2 * rows * cols * tokens) / perCall / 1e9;
+      const call = perCall((n) => exports.inferno_bench_run(index, n), iterations);
+      const gops = (2 * rows * cols * tokens) / call / 1e9;
       lines.push(`bench matmul ${type} ${rows}x${cols} tokens ${tokens} [${name}]: ` +
-        `${(perCall * 1e6).toFixed(0)} us/call, ${gops.toFixed(1)} GOPS`);
+        `${(call * 1e6).toFixed(0)} us/call, ${gops.toFixed(1)} GOPS`);
     });
   }
   // One decode step's attention for one KV head of TinyLlama's shape (8 query heads of 64,
@@ -96,17 +100,9 @@ function benchMatmul(exports, names) {
     exports.inferno_bench_attention_setup(positions);
     names.forEach((name, index) => {
       const iterations = Math.max(1, Math.round(2e6 / positions));
-      exports.inferno_bench_attention_run(index, iterations);
-      const times = [];
-      for (let trial = 0; trial < 7; trial++) {
-        const t0 = performance.now();
-        exports.inferno_bench_attention_run(index, iterations);
-        times.push((performance.now() - t0) / 1000);
-      }
-      times.sort((a, b) => a - b);
-      const perCall = times[3] / iterations;
+      const call = perCall((n) => exports.inferno_bench_attention_run(index, n), iterations);
       lines.push(`bench attention head_dim 64, 8 heads, ${positions} positions [${name}]: ` +
-        `${(perCall * 1e6).toFixed(0)} us/call, ${(perCall * 1e9 / (8 * positions)).toFixed(2)} ` +
+        `${(call * 1e6).toFixed(0)} us/call, ${(call * 1e9 / (8 * positions)).toFixed(2)} ` +
         'ns per (head, position)');
     });
   }
@@ -114,7 +110,7 @@ function benchMatmul(exports, names) {
 }
 
 if (args.includes('--bench')) {
-  for (const line of benchMatmul(wasm, backends)) console.log(line);
+  for (const line of benchKernels(wasm, backends)) console.log(line);
 }
 
 // The same benchmark in headless Chromium (the engine the page runs on, newer than Node's).
@@ -132,7 +128,7 @@ if (args.includes('--chromium')) {
       }
       const instance = await WebAssembly.instantiate(module, imports);
       return (0, eval)(`(${source})`)(instance.exports, names);
-    }, { base64: bytes.toString('base64'), names: backends, source: benchMatmul.toString() });
+    }, { base64: bytes.toString('base64'), names: backends, source: benchKernels.toString() });
     for (const line of lines) console.log(`chromium: ${line}`);
   } finally {
     await close();
