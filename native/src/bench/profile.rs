@@ -132,8 +132,10 @@ pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) 
                 if args.json {
                     println!("{}", serde_json::to_string(&row)?);
                 }
-                let per_token = |ms: f64| ms * steps / prefill.tokens.max(1) as f64;
-                let total_ms = per_token(prefill.seconds * 1e3 / steps);
+                // Milliseconds per prompt token.
+                let prompt_tokens = prefill.tokens.max(1) as f64;
+                let per_token = |ns: u64| ns as f64 / 1e6 / prompt_tokens;
+                let total_ms = prefill.seconds * 1e3 / prompt_tokens;
                 let in_forward: u64 = prefill.parts.iter().sum();
                 prefill_rows.push(ProfileRow {
                     phase: "prefill",
@@ -142,10 +144,10 @@ pub fn bench(engine: &Engine, model: &str, threads: &[usize], args: &BenchArgs) 
                     parts: Part::ALL
                         .iter()
                         .zip(prefill.parts)
-                        .map(|(part, ns)| (part.name().to_string(), per_token(ms(ns))))
+                        .map(|(part, ns)| (part.name().to_string(), per_token(ns)))
                         .collect(),
-                    barrier_wait_ms: per_token(ms(prefill.waited_ns)),
-                    outside_forward_ms: (total_ms - per_token(ms(in_forward))).max(0.0),
+                    barrier_wait_ms: per_token(prefill.waited_ns),
+                    outside_forward_ms: (total_ms - per_token(in_forward)).max(0.0),
                     ..row.clone()
                 });
                 rows.push(row);
