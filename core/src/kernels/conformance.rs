@@ -412,6 +412,10 @@ fn matmul(all: &mut Vec<Case>) {
             (8, 5632, 7),
             (7, 5632, 8),
             (17, 1536, 4),
+            // Several spans of 2048 columns (quant::repack::Spans), the last one short, with
+            // partial groups, pairs and one token.
+            (70, 2112, 9),
+            (70, 2112, 1),
             (1, 32, 1),
             (0, 64, 2),
             (7, 0, 3),
@@ -447,7 +451,16 @@ fn matmul(all: &mut Vec<Case>) {
     }
     // Every K type has x86 and wasm twins (IQ4_XS is one to the kernels).
     for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS] {
-        for (rows, cols, tokens) in [(17, 256, 1), (9, 768, 3), (33, 1536, 2), (8, 256, 9)] {
+        // 2304 and 5632 columns: spans of 8 super-blocks, the last one short.
+        for (rows, cols, tokens) in [
+            (17, 256, 1),
+            (9, 768, 3),
+            (33, 1536, 2),
+            (8, 256, 9),
+            (17, 2304, 1),
+            (19, 2304, 6),
+            (9, 5632, 1),
+        ] {
             all.push(matmul_case(ty, rows, cols, tokens, 3));
         }
         for rows in 1..=17 {

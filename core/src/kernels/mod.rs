@@ -54,10 +54,11 @@ use crate::{Error, Result};
 ///
 /// Float matrices are row-major (`cols` contiguous). Quantized matrices are stored ONCE, as
 /// row-interleaved tiles ([`crate::quant::repack`]): rows in groups of [`TILE_ROWS`] = 8, and
-/// tile (group g, block b) at index [`Matrix::tile_index`]`(g, b) = g * blocks_per_row + b`
-/// holds block b of rows 8g .. 8g + 8 (8 scales, 8 Q4_1 mins, then the quants interleaved in
-/// 4-byte columns). `groups() * blocks_per_row()` tiles; the rows of a last partial group past
-/// `rows` are zero padding. Lane r of a tile's block is `tile.block(r)` ([`Tile::block`]).
+/// tile (group g, block b) holds block b of rows 8g .. 8g + 8 (8 scales, 8 Q4_1 mins, then the
+/// quants interleaved in 4-byte columns), at the index
+/// [`crate::quant::repack::Spans::index`] gives: spans of 2048
+/// columns one after the other, each group after group. One tile per (group, block); the rows
+/// of a last partial group past `rows` are zero padding. Lane r of a tile's block is `tile.block(r)` ([`Tile::block`]).
 #[derive(Debug, Clone)]
 pub struct Matrix {
     pub rows: usize,
@@ -201,11 +202,6 @@ impl Matrix {
     /// Row groups of a quantized matrix (`rows` / 8 rounded up).
     pub fn groups(&self) -> usize {
         self.rows.div_ceil(TILE_ROWS)
-    }
-
-    /// Where tile (group, block) of a quantized matrix is in its `Vec`.
-    pub fn tile_index(&self, group: usize, block: usize) -> usize {
-        group * self.blocks_per_row() + block
     }
 
     /// A Q4_0 matrix from row-major blocks (`rows * cols / 32` of them), repacked into tiles.

@@ -6,7 +6,7 @@ use super::math::exp;
 use super::{with_k, Input, KMatrix, Kernels, KvHead, KvSlice, Matrix, MatrixData};
 use crate::quant::iq4::{levels_of, BlockIQ4NL};
 use crate::quant::kquants::{KBlock, QK_K};
-use crate::quant::repack::{Tile, TILE_ROWS};
+use crate::quant::repack::{Spans, Tile, TILE_ROWS};
 use crate::quant::{
     bf16_to_f32, f16_to_f32, q5_quants, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8Act,
     BlockQ8_0, QK,
@@ -251,7 +251,7 @@ pub fn dot_k_q8<B: KBlock>(w: &[B], x: &[BlockQ8Act]) -> f32 {
 }
 
 /// Rule 4 over a row of a tiled matrix: row r is lane r % 8 of the tiles of group r / 8, blocks
-/// in order, exactly the sequence of the `dot_*_q8` above.
+/// in order (across the spans the tiles are stored in, [`Spans`]), exactly the sequence of the `dot_*_q8` above.
 #[inline(always)]
 fn dot_tiled<T: Tile>(
     tiles: &[T],
@@ -261,8 +261,8 @@ fn dot_tiled<T: Tile>(
     step: impl Fn(f32, &T::Block, &BlockQ8Act) -> f32,
 ) -> f32 {
     let (g, lane) = (r / TILE_ROWS, r % TILE_ROWS);
-    tiles[g * nb..(g + 1) * nb]
-        .iter()
+    Spans::of(tiles, nb)
+        .row_tiles(tiles, g)
         .zip(x)
         .fold(0.0, |acc, (t, xb)| step(acc, &t.block(lane), xb))
 }
@@ -313,8 +313,8 @@ pub fn matmul(w: &Matrix, first_row: usize, x: &Input, out: &mut [&mut [f32]]) {
                     let xt = &x[t * nb..(t + 1) * nb];
                     let (g, lane) = (r / TILE_ROWS, r % TILE_ROWS);
                     let nbk = cols / QK_K;
-                    with_k!(k, d => d[g * nbk..(g + 1) * nbk]
-                        .iter()
+                    with_k!(k, d => Spans::of(d, nbk)
+                        .row_tiles(d, g)
                         .zip(xt.chunks_exact(QK_K / QK))
                         .fold(0.0, |acc, (tile, xs)| step_k(acc, &tile.block(lane), xs)))
                 }

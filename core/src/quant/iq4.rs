@@ -352,6 +352,7 @@ const _: () = assert!(std::mem::size_of::<TileIQ4XS>() == 1104);
 
 impl Tile for TileIQ4XS {
     type Block = BlockIQ4XS;
+    const COLUMNS: usize = QK_K;
     const ZERO: Self = TileIQ4XS {
         d: [0; TILE_ROWS],
         sc: [[0; TILE_ROWS]; 8],

@@ -1165,6 +1165,7 @@ const _: () = assert!(std::mem::size_of::<TileQ4K>() == 1184);
 
 impl super::repack::Tile for TileQ4K {
     type Block = BlockQ4K;
+    const COLUMNS: usize = QK_K;
     const ZERO: Self = TileQ4K {
         d: [0; 8],
         dmin: [0; 8],
@@ -1230,6 +1231,7 @@ impl TileQ6K {
 
 impl super::repack::Tile for TileQ6K {
     type Block = BlockQ6K;
+    const COLUMNS: usize = QK_K;
     const ZERO: Self = TileQ6K {
         d: [0; 8],
         sc: [[0; 8]; 16],
@@ -1329,6 +1331,7 @@ const _: () = assert!(std::mem::size_of::<TileQ5K>() == 1440);
 
 impl super::repack::Tile for TileQ5K {
     type Block = BlockQ5K;
+    const COLUMNS: usize = QK_K;
     const ZERO: Self = TileQ5K {
         d: [0; 8],
         dmin: [0; 8],
@@ -1393,6 +1396,7 @@ const _: () = assert!(std::mem::size_of::<TileQ2K>() == 800);
 
 impl super::repack::Tile for TileQ2K {
     type Block = BlockQ2K;
+    const COLUMNS: usize = QK_K;
     const ZERO: Self = TileQ2K {
         d: [0; 8],
         dmin: [0; 8],
@@ -1435,6 +1439,7 @@ const _: () = assert!(std::mem::size_of::<TileQ3K>() == 912);
 
 impl super::repack::Tile for TileQ3K {
     type Block = BlockQ3K;
+    const COLUMNS: usize = QK_K;
     const ZERO: Self = TileQ3K {
         d: [0; 8],
         sc: [[0; 8]; 16],

@@ -14,8 +14,8 @@ use crate::kernels::{with_k, Input, KMatrix, KvHead, KvSlice, Matrix, MatrixData
 use crate::quant::iq4::{TileIQ4NL, TileIQ4XS, LEVELS};
 use crate::quant::kquants::{TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K};
 use crate::quant::repack::{
-    check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
-    TILE_ROWS,
+    check_matmul_q, group_lanes, tile_rows, Spans, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1,
+    TileQ8_0, TILE_ROWS,
 };
 use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ8Act, QK};
 
@@ -999,15 +999,16 @@ fn accumulate<D: IntDot<W>, W: WeightTile>(
     })
 }
 
-/// One pass: the 8 rows of `tiles` (a row group's nb tiles) by T tokens (`x[t]` is token t's
-/// blocks). Lane r of half h of result t is reference's rule-4 dot of row 4h + r with token t.
+/// One pass: the 8 rows of `tiles` (a row group's nb tiles in a span) by T tokens (`x[t]` is
+/// token t's blocks of the span), continuing the sums `acc` (zero at the first span). Lane r of
+/// half h of result t is reference's rule-4 dot of row 4h + r with token t over the blocks so
+/// far.
 #[inline(always)]
 fn tile<D: IntDot<W>, W: WeightTile, const T: usize>(
     tiles: &[W],
     x: &[&[BlockQ8Act]; T],
+    mut acc: [[v128; 2]; T],
 ) -> [[v128; 2]; T] {
-    let zero = f32x4_splat(0.0);
-    let mut acc = [[zero; 2]; T];
     if T == 1 {
         // One token (decode): the weights go straight into the dot, never through memory.
         for (tile, xb) in tiles.iter().zip(x[0]) {
@@ -1372,14 +1373,15 @@ fn sub_block_ints<D: KIntDot, W: KWeightTile, const T: usize>(
     })
 }
 
-/// One pass: the 8 rows of `tiles` (a row group's nbk super-blocks) by T tokens (`x[t]` is token
-/// t's blocks). Lane r of half h of result t is reference::dot_k_q8(row 4h + r, token t).
+/// One pass: the 8 rows of `tiles` (a row group's nbk super-blocks in a span) by T tokens (`x[t]`
+/// is token t's blocks of the span), continuing the sums `acc` (zero at the first span). Lane r
+/// of half h of result t is reference::dot_k_q8(row 4h + r, token t) over the blocks so far.
 #[inline(always)]
 fn tile_k<D: KIntDot, W: KWeightTile, const T: usize>(
     tiles: &[W],
     x: &[&[BlockQ8Act]; T],
+    mut acc: [[v128; 2]; T],
 ) -> [[v128; 2]; T] {
-    let mut acc = [[f32x4_splat(0.0); 2]; T];
     for (b, t) in tiles.iter().enumerate() {
         let (d, neg_dmin) = t.factors();
         // For one token, four sub-blocks at a time: their integer dots first, then their f32
@@ -1421,9 +1423,14 @@ fn tile_k<D: KIntDot, W: KWeightTile, const T: usize>(
     acc
 }
 
-/// One pass of a row group's tiles by T tokens, for [`matmul_tiles`].
+/// One pass of a row group's tiles in a span by T tokens, continuing `acc`, for
+/// [`matmul_tiles`].
 trait Pass<W> {
-    fn run<const T: usize>(group: &[W], x: &[&[BlockQ8Act]; T]) -> [[v128; 2]; T];
+    fn run<const T: usize>(
+        group: &[W],
+        x: &[&[BlockQ8Act]; T],
+        acc: [[v128; 2]; T],
+    ) -> [[v128; 2]; T];
 }
 
 /// Rule 4's per-block pass ([`tile`]).
@@ -1431,8 +1438,12 @@ struct BlockPass<D>(std::marker::PhantomData<D>);
 
 impl<D: IntDot<W>, W: WeightTile> Pass<W> for BlockPass<D> {
     #[inline(always)]
-    fn run<const T: usize>(group: &[W], x: &[&[BlockQ8Act]; T]) -> [[v128; 2]; T] {
-        tile::<D, W, T>(group, x)
+    fn run<const T: usize>(
+        group: &[W],
+        x: &[&[BlockQ8Act]; T],
+        acc: [[v128; 2]; T],
+    ) -> [[v128; 2]; T] {
+        tile::<D, W, T>(group, x, acc)
     }
 }
 
@@ -1441,15 +1452,21 @@ struct SuperBlockPass<D>(std::marker::PhantomData<D>);
 
 impl<D: KIntDot, W: KWeightTile> Pass<W> for SuperBlockPass<D> {
     #[inline(always)]
-    fn run<const T: usize>(group: &[W], x: &[&[BlockQ8Act]; T]) -> [[v128; 2]; T] {
-        tile_k::<D, W, T>(group, x)
+    fn run<const T: usize>(
+        group: &[W],
+        x: &[&[BlockQ8Act]; T],
+        acc: [[v128; 2]; T],
+    ) -> [[v128; 2]; T] {
+        tile_k::<D, W, T>(group, x, acc)
     }
 }
 
 /// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
 /// are a tiled matrix of `rows` rows of `nt` tiles, each over `per_tile` activation blocks.
 /// Otherwise identical to reference::matmul. Row groups only partly inside the range compute
-/// all 8 lanes and keep the ones asked for.
+/// all 8 lanes and keep the ones asked for. A few tokens walk the spans ([`Spans`]) one after
+/// the other in memory order, each pass continuing the sums the outputs hold (f32 values stored
+/// and loaded exactly); a batch takes every span in each group's pass, as the x86 twin does.
 #[inline(always)]
 fn matmul_tiles<P: Pass<W>, W: Tile>(
     tiles: &[W],
@@ -1467,34 +1484,60 @@ fn matmul_tiles<P: Pass<W>, W: Tile>(
     }
     let nb = nt * per_tile;
     let end_row = first_row + n_rows;
-    for g in first_row / ROWS..end_row.div_ceil(ROWS) {
-        let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
-        let group = &tiles[g * nt..(g + 1) * nt];
-        let mut t0 = 0;
-        while t0 < n_tokens {
-            let tt = (n_tokens - t0).min(TOKENS);
-            let mut lanes = [[0.0f32; ROWS]; TOKENS];
-            macro_rules! run {
-                ($t:literal) => {{
-                    let xs: [&[BlockQ8Act]; $t] =
-                        std::array::from_fn(|j| &x[(t0 + j) * nb..(t0 + j + 1) * nb]);
-                    let acc = P::run::<$t>(group, &xs);
-                    for (lane, a) in lanes.iter_mut().zip(acc) {
-                        store_f32x4(lane, 0, a[0]);
-                        store_f32x4(lane, 4, a[1]);
+    let spans = Spans::new::<W>(rows, nt);
+    let (sets, per_set) = if n_tokens <= TOKENS {
+        (spans.count(), 1)
+    } else {
+        (1, spans.count())
+    };
+    for set in 0..sets {
+        let first = spans.span(set * per_set).0;
+        for g in first_row / ROWS..end_row.div_ceil(ROWS) {
+            let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
+            let mut t0 = 0;
+            while t0 < n_tokens {
+                let tt = (n_tokens - t0).min(TOKENS);
+                let mut lanes = [[0.0f32; ROWS]; TOKENS];
+                if first > 0 {
+                    // The sums so far of the lanes asked for (the others are never read).
+                    for (j, lane) in lanes.iter_mut().take(tt).enumerate() {
+                        lane[lane_lo..lane_hi]
+                            .copy_from_slice(&out[t0 + j][at..at + lane_hi - lane_lo]);
                     }
-                }};
+                }
+                macro_rules! run {
+                    ($t:literal) => {{
+                        let mut acc: [[v128; 2]; $t] = std::array::from_fn(|j| {
+                            [load_f32x4(&lanes[j], 0), load_f32x4(&lanes[j], 4)]
+                        });
+                        for i in set * per_set..(set + 1) * per_set {
+                            let span = spans.span(i);
+                            let (from, len) = span;
+                            let run = spans.run(g, span);
+                            let xs: [&[BlockQ8Act]; $t] = std::array::from_fn(|j| {
+                                let at = (t0 + j) * nb + from * per_tile;
+                                &x[at..at + len * per_tile]
+                            });
+                            acc = P::run::<$t>(&tiles[run..run + len], &xs, acc);
+                        }
+                        for (lane, a) in lanes.iter_mut().zip(acc) {
+                            store_f32x4(lane, 0, a[0]);
+                            store_f32x4(lane, 4, a[1]);
+                        }
+                    }};
+                }
+                match tt {
+                    4 => run!(4),
+                    3 => run!(3),
+                    2 => run!(2),
+                    _ => run!(1),
+                }
+                for (j, lane) in lanes.iter().take(tt).enumerate() {
+                    out[t0 + j][at..at + lane_hi - lane_lo]
+                        .copy_from_slice(&lane[lane_lo..lane_hi]);
+                }
+                t0 += tt;
             }
-            match tt {
-                4 => run!(4),
-                3 => run!(3),
-                2 => run!(2),
-                _ => run!(1),
-            }
-            for (j, lane) in lanes.iter().take(tt).enumerate() {
-                out[t0 + j][at..at + lane_hi - lane_lo].copy_from_slice(&lane[lane_lo..lane_hi]);
-            }
-            t0 += tt;
         }
     }
 }

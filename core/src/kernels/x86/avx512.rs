@@ -48,24 +48,29 @@ impl common::IntDot for DpbusdEvex {
 
     /// Otherwise identical to common::tile: the two groups' tiles of a block side by side in
     /// 512-bit registers (lanes 0..8 the first group's rows, 8..16 the second's), so one
-    /// `vpdpbusd` and one f32 step serve 16 rows; every lane's sequence is unchanged.
+    /// `vpdpbusd` and one f32 step serve 16 rows; every lane's sequence is unchanged. Starts
+    /// from the sums in `lanes` and leaves the new ones there.
     #[inline(always)]
     unsafe fn tile_pair<W: common::WeightTile, const T: usize>(
         tiles: *const W,
         x: &[*const BlockQ8Act; T],
         nb: usize,
         lanes: &mut [[f32; 2 * common::ROWS]; 8],
-        prefetch: bool,
+        prefetch: usize,
     ) {
         // SAFETY: the caller guarantees 2 * nb readable tiles and nb blocks per token; avx512f,
         // bw, vl, vnni and f16c are enabled in the caller; prefetches never fault.
         unsafe {
+            // The sums so far (zero at a matrix's first span).
             let mut acc = [_mm512_setzero_ps(); T];
+            for (a, lane) in acc.iter_mut().zip(lanes.iter()) {
+                *a = _mm512_loadu_ps(lane.as_ptr());
+            }
             let offset = W::UNSIGNED_OFFSET;
             for b in 0..nb {
-                if prefetch {
+                if prefetch != 0 {
                     for g in [tiles.add(b), tiles.add(nb + b)] {
-                        let ahead = g.cast::<u8>().wrapping_add(common::PREFETCH_BYTES);
+                        let ahead = g.cast::<u8>().wrapping_add(prefetch);
                         for line in (0..std::mem::size_of::<W>()).step_by(64) {
                             _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
                         }

@@ -12,8 +12,8 @@ use crate::memory::Buf;
 use crate::quant::iq4::{TileIQ4NL, TileIQ4XS, LEVELS};
 use crate::quant::kquants::{TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K};
 use crate::quant::repack::{
-    check_matmul_q, group_lanes, tile_rows, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1, TileQ8_0,
-    TILE_ROWS,
+    check_matmul_q, group_lanes, tile_rows, Spans, Tile, TileQ4_0, TileQ4_1, TileQ5_0, TileQ5_1,
+    TileQ8_0, TILE_ROWS,
 };
 use crate::quant::{bf16_to_f32, f16_to_f32, BlockQ8Act, QK};
 
@@ -80,9 +80,10 @@ pub trait IntDot: Sized {
         unsafe { attention::<L, N>(q, keys, values, n_pos, stride, offset, scale, out) }
     }
 
-    /// One pass over two consecutive row groups (`tiles` and `tiles + nb`): lanes[t][r] is
-    /// row r of the pair for token t, each lane the reference's sequence. `prefetch`: fetch a
-    /// page ahead ([`PREFETCH_BYTES`]; tiles in small pages).
+    /// One pass over two consecutive row groups' runs in a span (`tiles` and `tiles + nb`):
+    /// lanes[t][r] is row r of the pair for token t, each lane the reference's sequence,
+    /// continuing the sums `lanes` holds (zero at the first span). `prefetch`: how far ahead
+    /// to fetch, in bytes (0: not at all; [`prefetch_bytes`]).
     ///
     /// # Safety
     /// `2 * nb` readable tiles from `tiles`, nb blocks behind each token pointer; the backend's
@@ -93,7 +94,7 @@ pub trait IntDot: Sized {
         x: &[*const BlockQ8Act; T],
         nb: usize,
         lanes: &mut [[f32; 2 * ROWS]; 8],
-        prefetch: bool,
+        prefetch: usize,
     ) {
         let _ = (tiles, x, nb, lanes, prefetch);
         unreachable!("tile_pair without PAIRS");
@@ -1003,29 +1004,55 @@ fn prefetches<W>(end: usize, small_from: usize, len: usize) -> bool {
     small_from < len && end * size + PREFETCH_BYTES > small_from * size
 }
 
-/// One pass: the 8 rows of `tiles` (nb tiles, one row group) by T tokens (`x[t]` points at
-/// token t's first block). Lane r of result t is reference::dot_*_q8(row r, token t).
+/// How far ahead, in bytes (0: not at all), a pass over the `groups` row groups from g in `span`
+/// prefetches. A batch's first pass over a group (`batch_first`) of a matrix of several spans
+/// fetches the next groups' run in the same span: a group's runs in the spans are as many
+/// separate streams, which the CPU's own prefetchers follow badly (64 tokens by two 2048 x 5632
+/// Q4_0 matrices, 1 thread on Zen 4: 78-81 GB/s-times-tokens without, 86-88 with; 80-84 in the
+/// one-stream layout before spans). Otherwise tiles in small pages a page ahead
+/// ([`prefetches`]), when `paged` (the caller's choice by batch size).
+#[inline(always)]
+fn prefetch_bytes<W>(
+    spans: &Spans,
+    batch_first: bool,
+    (g, groups): (usize, usize),
+    span: (usize, usize),
+    (small_from, len): (usize, usize),
+    paged: bool,
+) -> usize {
+    if batch_first && spans.count() > 1 {
+        groups * span.1 * std::mem::size_of::<W>()
+    } else if paged && prefetches::<W>(spans.run(g + groups, span), small_from, len) {
+        PREFETCH_BYTES
+    } else {
+        0
+    }
+}
+
+/// One pass: the 8 rows of `tiles` (nb tiles, one row group's run in a span) by T tokens
+/// (`x[t]` points at token t's first block of the span), continuing the sums `acc` (zero at the
+/// first span). Lane r of result t is reference::dot_*_q8(row r, token t) over the blocks so far.
 #[inline(always)]
 unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
     tiles: *const W,
     x: &[*const BlockQ8Act; T],
     nb: usize,
-    prefetch: bool,
+    prefetch: usize,
+    mut acc: [__m256; T],
 ) -> [__m256; T] {
     // SAFETY: the caller guarantees nb readable tiles and nb blocks per token; features are
     // enabled in the caller.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); T];
         let offset = if D::SATURATES {
             W::SUM_OFFSET
         } else {
             W::UNSIGNED_OFFSET
         };
         for b in 0..nb {
-            // The tiles are one sequential stream; fetching a page ahead keeps it flowing
-            // across page boundaries (see PREFETCH_BYTES).
-            if prefetch {
-                let ahead = tiles.add(b).cast::<u8>().wrapping_add(PREFETCH_BYTES);
+            // `prefetch` bytes ahead ([`prefetch_bytes`]): a page for tiles in small pages, the
+            // next group's run for a batch's first pass over a matrix of several spans.
+            if prefetch != 0 {
+                let ahead = tiles.add(b).cast::<u8>().wrapping_add(prefetch);
                 for line in (0..std::mem::size_of::<W>()).step_by(64) {
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
                 }
@@ -1086,6 +1113,34 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
     }
 }
 
+/// The sums so far of token t0 + j's 8 lanes of one row group, the inverse of [`store_lanes`]:
+/// zero at the first span, else from its output at `at` (`direct`) or from `lanes[j]`, which
+/// [`load_lanes`] filled.
+#[inline(always)]
+unsafe fn sums_so_far<const T: usize, const L: usize>(
+    first_span: bool,
+    direct: bool,
+    out: &[&mut [f32]],
+    (t0, at): (usize, usize),
+    lanes: &[[f32; L]],
+) -> [__m256; T] {
+    // A loop, not `array::from_fn`: a closure would not inherit the caller's target features.
+    // SAFETY: avx is enabled in the caller.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); T];
+        if !first_span {
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = if direct {
+                    _mm256_loadu_ps(out[t0 + j][at..at + ROWS].as_ptr())
+                } else {
+                    _mm256_loadu_ps(lanes[j][..ROWS].as_ptr())
+                };
+            }
+        }
+        acc
+    }
+}
+
 /// Token t0 + j's 8 lanes of one row group: straight into its output at `at` when the whole
 /// group is rows asked for (`direct`), else into `lanes[j]`, which [`copy_lanes`] copies out.
 #[inline(always)]
@@ -1123,8 +1178,24 @@ fn copy_lanes<const L: usize>(
     }
 }
 
+/// The inverse of [`copy_lanes`]: the sums so far of the kept lanes back into `lanes`.
+fn load_lanes<const L: usize>(
+    lanes: &mut [[f32; L]],
+    tokens: usize,
+    out: &[&mut [f32]],
+    (t0, at): (usize, usize),
+    (lane_lo, lane_hi): (usize, usize),
+) {
+    for (j, lane) in lanes.iter_mut().take(tokens).enumerate() {
+        lane[lane_lo..lane_hi].copy_from_slice(&out[t0 + j][at..at + lane_hi - lane_lo]);
+    }
+}
+
 /// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
 /// are a tiled matrix of `rows` rows of `nb` blocks. Otherwise identical to reference::matmul.
+/// Span after span ([`Spans`]), in the tiles' memory order: each pass continues the sums the
+/// outputs hold from the spans before (f32 values stored and loaded exactly, so every lane adds
+/// its blocks in order, as the reference does).
 /// Row groups only partly inside the range compute all 8 lanes and keep the ones asked for.
 /// Tiles in 4 KiB pages are prefetched ([`prefetches`]).
 #[inline(always)]
@@ -1142,62 +1213,107 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
     }
     let end_row = first_row + n_rows;
     let small_from = tiles.small_pages_from();
+    let spans = Spans::new::<W>(rows, nb);
+    let (sets, per_set) = span_sets(&spans, n_tokens);
     // SAFETY: the asserts above bound every tile and block read; features are enabled in the
     // caller.
     unsafe {
         let g_end = end_row.div_ceil(ROWS);
-        let mut g = first_row / ROWS;
-        while g < g_end {
-            // 16 rows (two groups) per pass when the backend has 512-bit registers and there is
-            // a batch to share the joined tiles: for a few tokens (decode, a speculative
-            // verify) the joining costs more than it saves (SmolLM2 decode on avx512: 108 ->
-            // 184 tok/s at 1 thread after 50 tokens, 132 -> 168 at 2 threads after 500, with
-            // single groups; a forward of 4 tokens at 1 thread on Zen 4: 1.8x the cost of one
-            // token with pairs, 1.16x with single groups; of 8: 2.0x with pairs, 2.3x without).
-            let groups = if D::PAIRS && n_tokens > 4 && g + 1 < g_end {
-                2
-            } else {
-                1
-            };
-            let (lane_lo, lane_hi, at) = group_lanes(g, groups, first_row, end_row);
-            let group = tiles.as_ptr().add(g * nb);
-            let prefetch = prefetches::<W>((g + groups) * nb, small_from, tiles.len());
-            // A whole single group's lanes go straight to the outputs; partial groups and
-            // pairs pass through `lanes`.
-            let direct = groups == 1 && lane_hi - lane_lo == ROWS;
-            let mut t0 = 0;
-            while t0 < n_tokens {
-                let tt = (n_tokens - t0).min(D::TOKENS);
-                let mut lanes = [[0.0f32; 2 * ROWS]; 8];
-                macro_rules! run {
-                    ($t:literal) => {{
-                        let xs: [*const BlockQ8Act; $t] =
-                            std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
-                        if groups == 2 {
-                            D::tile_pair::<W, $t>(group, &xs, nb, &mut lanes, prefetch);
-                        } else {
-                            let acc = tile::<D, W, $t>(group, &xs, nb, prefetch);
-                            store_lanes(acc, direct, out, (t0, at), &mut lanes);
-                        }
-                    }};
+        for set in 0..sets {
+            let first = spans.span(set * per_set).0;
+            let mut g = first_row / ROWS;
+            while g < g_end {
+                // 16 rows (two groups) per pass when the backend has 512-bit registers and
+                // there is a batch to share the joined tiles: for a few tokens (decode, a
+                // speculative verify) the joining costs more than it saves (SmolLM2 decode on
+                // avx512: 108 -> 184 tok/s at 1 thread after 50 tokens, 132 -> 168 at 2 threads
+                // after 500, with single groups; a forward of 4 tokens at 1 thread on Zen 4:
+                // 1.8x the cost of one token with pairs, 1.16x with single groups; of 8: 2.0x
+                // with pairs, 2.3x without).
+                let groups = if D::PAIRS && n_tokens > 4 && g + 1 < g_end {
+                    2
+                } else {
+                    1
+                };
+                let (lane_lo, lane_hi, at) = group_lanes(g, groups, first_row, end_row);
+                // A whole single group's lanes go straight to the outputs; partial groups and
+                // pairs pass through `lanes`.
+                let direct = groups == 1 && lane_hi - lane_lo == ROWS;
+                let mut t0 = 0;
+                while t0 < n_tokens {
+                    let tt = (n_tokens - t0).min(D::TOKENS);
+                    let mut lanes = [[0.0f32; 2 * ROWS]; 8];
+                    if first > 0 && !direct {
+                        load_lanes(&mut lanes, tt, out, (t0, at), (lane_lo, lane_hi));
+                    }
+                    macro_rules! run {
+                        ($t:literal) => {{
+                            let mut acc = sums_so_far::<$t, { 2 * ROWS }>(
+                                first == 0 || groups == 2,
+                                direct,
+                                out,
+                                (t0, at),
+                                &lanes,
+                            );
+                            for span in (set * per_set..(set + 1) * per_set).map(|i| spans.span(i))
+                            {
+                                let (from, len) = span;
+                                let run = tiles.as_ptr().add(spans.run(g, span));
+                                let prefetch = prefetch_bytes::<W>(
+                                    &spans,
+                                    sets == 1 && t0 == 0,
+                                    (g, groups),
+                                    span,
+                                    (small_from, tiles.len()),
+                                    true,
+                                );
+                                let xs: [*const BlockQ8Act; $t] =
+                                    std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb + from));
+                                if groups == 2 {
+                                    D::tile_pair::<W, $t>(run, &xs, len, &mut lanes, prefetch);
+                                } else {
+                                    acc = tile::<D, W, $t>(run, &xs, len, prefetch, acc);
+                                }
+                            }
+                            if groups == 1 {
+                                store_lanes(acc, direct, out, (t0, at), &mut lanes);
+                            }
+                        }};
+                    }
+                    match tt {
+                        8 => run!(8),
+                        7 => run!(7),
+                        6 => run!(6),
+                        5 => run!(5),
+                        4 => run!(4),
+                        3 => run!(3),
+                        2 => run!(2),
+                        _ => run!(1),
+                    }
+                    if !direct {
+                        copy_lanes(&lanes, tt, out, (t0, at), (lane_lo, lane_hi));
+                    }
+                    t0 += tt;
                 }
-                match tt {
-                    8 => run!(8),
-                    7 => run!(7),
-                    6 => run!(6),
-                    5 => run!(5),
-                    4 => run!(4),
-                    3 => run!(3),
-                    2 => run!(2),
-                    _ => run!(1),
-                }
-                if !direct {
-                    copy_lanes(&lanes, tt, out, (t0, at), (lane_lo, lane_hi));
-                }
-                t0 += tt;
+                g += groups;
             }
-            g += groups;
         }
+    }
+}
+
+/// How a matmul of `n_tokens` walks the spans: (sets, spans per set), each set one walk over
+/// the row groups. A few tokens (decode, a speculative verify) take one span per walk, the tiles
+/// in memory order, so one span's activations stay in L1 ([`Spans`]); a batch takes all spans
+/// in each group's pass, its sums in registers throughout: it rereads a group's tiles from cache
+/// once per few tokens, and a group's tiles of every span in cache are what it needs (64 tokens
+/// by two 2048 x 5632 matrices, 1 thread on Zen 4, GB/s-times-tokens: Q4_0 80-82 a span at a
+/// time, 80-81 all spans per pass before [`prefetch_bytes`], Q4_K 54-55 and 54-57).
+#[inline(always)]
+fn span_sets(spans: &Spans, n_tokens: usize) -> (usize, usize) {
+    if n_tokens <= 4 {
+        (spans.count(), 1)
+    } else {
+        (1, spans.count())
     }
 }
 
@@ -1760,26 +1876,27 @@ unsafe fn sub_block_ints<D: IntDot, W: KWeightTile, const T: usize>(
     }
 }
 
-/// One pass: the 8 rows of `tiles` (a row group's nbk super-blocks) by T tokens (`x[t]` is token
-/// t's first activation block). Lane r of result t is reference::dot_k_q8(row r, token t).
+/// One pass: the 8 rows of `tiles` (a row group's nbk super-blocks in a span) by T tokens (`x[t]`
+/// is token t's first activation block of the span), continuing the sums `acc` (zero at the
+/// first span). Lane r of result t is reference::dot_k_q8(row r, token t) over the blocks so far.
 #[inline(always)]
 unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
     tiles: *const W,
     x: &[*const BlockQ8Act; T],
     nbk: usize,
-    prefetch: bool,
+    prefetch: usize,
+    mut acc: [__m256; T],
 ) -> [__m256; T] {
     // SAFETY: the caller guarantees nbk readable tiles and 8 * nbk blocks per token; features
     // are enabled in the caller.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nbk {
-            // One pass per row group (decode) over tiles in small pages: the tiles are one
-            // sequential stream from memory, so fetch a page ahead (PREFETCH_BYTES). Several
-            // passes (a batch) re-read the group's tiles from cache, where fetching the next
-            // group's on every pass only costs.
-            if prefetch {
-                let ahead = tiles.add(b).cast::<u8>().wrapping_add(PREFETCH_BYTES);
+            // `prefetch` bytes ahead ([`prefetch_bytes`]): a page for one pass per row group
+            // (decode) over tiles in small pages, the next group's run on a batch's first pass
+            // over a matrix of several spans. A batch's later passes re-read the group's tiles
+            // from cache, where fetching on every pass only costs.
+            if prefetch != 0 {
+                let ahead = tiles.add(b).cast::<u8>().wrapping_add(prefetch);
                 for line in (0..std::mem::size_of::<W>()).step_by(64) {
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
                 }
@@ -1826,8 +1943,8 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
 }
 
 /// `out[t][i] = dot(w row first_row + i, x token t)` for K-quant weights: `tiles` are a tiled
-/// matrix of `rows` rows of `nbk` super-blocks. Otherwise identical to reference::matmul.
-/// Tiles in 4 KiB pages are prefetched ([`prefetches`]).
+/// matrix of `rows` rows of `nbk` super-blocks. Otherwise identical to reference::matmul. Span
+/// after span, as [`matmul_q`]. Tiles in 4 KiB pages are prefetched ([`prefetches`]).
 #[inline(always)]
 pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
     tiles: &Buf<W>,
@@ -1844,37 +1961,58 @@ pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
     let nb = 8 * nbk;
     let end_row = first_row + n_rows;
     let small_from = tiles.small_pages_from();
+    let spans = Spans::new::<W>(rows, nbk);
+    let (sets, per_set) = span_sets(&spans, n_tokens);
     // SAFETY: check_matmul_q bounds the tiles and n_tokens * nbk super-blocks of activations
     // (8 blocks each); features are enabled in the caller.
     unsafe {
-        for g in first_row / ROWS..end_row.div_ceil(ROWS) {
-            let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
-            let group = tiles.as_ptr().add(g * nbk);
-            let prefetch = n_tokens <= 4 && prefetches::<W>((g + 1) * nbk, small_from, tiles.len());
-            // A whole group's lanes go straight to the outputs; a partial one through `lanes`.
-            let direct = lane_hi - lane_lo == ROWS;
-            let mut t0 = 0;
-            while t0 < n_tokens {
-                let tt = (n_tokens - t0).min(4);
-                let mut lanes = [[0.0f32; ROWS]; 4];
-                macro_rules! run {
-                    ($t:literal) => {{
-                        let xs: [*const BlockQ8Act; $t] =
-                            std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb));
-                        let acc = tile_k::<D, W, $t>(group, &xs, nbk, prefetch);
-                        store_lanes(acc, direct, out, (t0, at), &mut lanes);
-                    }};
+        for set in 0..sets {
+            let first = spans.span(set * per_set).0;
+            for g in first_row / ROWS..end_row.div_ceil(ROWS) {
+                let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
+                // A whole group's lanes go straight to the outputs; a partial one through `lanes`.
+                let direct = lane_hi - lane_lo == ROWS;
+                let mut t0 = 0;
+                while t0 < n_tokens {
+                    let tt = (n_tokens - t0).min(4);
+                    let mut lanes = [[0.0f32; ROWS]; 4];
+                    if first > 0 && !direct {
+                        load_lanes(&mut lanes, tt, out, (t0, at), (lane_lo, lane_hi));
+                    }
+                    macro_rules! run {
+                        ($t:literal) => {{
+                            let mut acc = sums_so_far(first == 0, direct, out, (t0, at), &lanes);
+                            for span in (set * per_set..(set + 1) * per_set).map(|i| spans.span(i))
+                            {
+                                let (from, len) = span;
+                                let run = tiles.as_ptr().add(spans.run(g, span));
+                                let prefetch = prefetch_bytes::<W>(
+                                    &spans,
+                                    sets == 1 && t0 == 0,
+                                    (g, 1),
+                                    span,
+                                    (small_from, tiles.len()),
+                                    n_tokens <= 4,
+                                );
+                                let xs: [*const BlockQ8Act; $t] = std::array::from_fn(|j| {
+                                    x.as_ptr().add((t0 + j) * nb + 8 * from)
+                                });
+                                acc = tile_k::<D, W, $t>(run, &xs, len, prefetch, acc);
+                            }
+                            store_lanes(acc, direct, out, (t0, at), &mut lanes);
+                        }};
+                    }
+                    match tt {
+                        4 => run!(4),
+                        3 => run!(3),
+                        2 => run!(2),
+                        _ => run!(1),
+                    }
+                    if !direct {
+                        copy_lanes(&lanes, tt, out, (t0, at), (lane_lo, lane_hi));
+                    }
+                    t0 += tt;
                 }
-                match tt {
-                    4 => run!(4),
-                    3 => run!(3),
-                    2 => run!(2),
-                    _ => run!(1),
-                }
-                if !direct {
-                    copy_lanes(&lanes, tt, out, (t0, at), (lane_lo, lane_hi));
-                }
-                t0 += tt;
             }
         }
     }
