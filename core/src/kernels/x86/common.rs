@@ -1193,11 +1193,12 @@ fn load_lanes<const L: usize>(
 
 /// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
 /// are a tiled matrix of `rows` rows of `nb` blocks. Otherwise identical to reference::matmul.
-/// Span after span ([`Spans`]), in the tiles' memory order: each pass continues the sums the
-/// outputs hold from the spans before (f32 values stored and loaded exactly, so every lane adds
-/// its blocks in order, as the reference does).
+/// The spans ([`Spans`]) as [`span_sets`] says: for a few tokens span after span, in the tiles'
+/// memory order, each pass continuing the sums the outputs hold from the spans before (f32
+/// values stored and loaded exactly, so every lane adds its blocks in order, as the reference
+/// does); for a batch every span in each group's pass.
 /// Row groups only partly inside the range compute all 8 lanes and keep the ones asked for.
-/// Tiles in 4 KiB pages are prefetched ([`prefetches`]).
+/// Tiles in 4 KiB pages are prefetched ([`prefetch_bytes`]).
 #[inline(always)]
 pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
     tiles: &Buf<W>,
@@ -1943,8 +1944,8 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
 }
 
 /// `out[t][i] = dot(w row first_row + i, x token t)` for K-quant weights: `tiles` are a tiled
-/// matrix of `rows` rows of `nbk` super-blocks. Otherwise identical to reference::matmul. Span
-/// after span, as [`matmul_q`]. Tiles in 4 KiB pages are prefetched ([`prefetches`]).
+/// matrix of `rows` rows of `nbk` super-blocks. Otherwise identical to reference::matmul. The
+/// spans walked as in [`matmul_q`]; tiles in 4 KiB pages are prefetched ([`prefetch_bytes`]).
 #[inline(always)]
 pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
     tiles: &Buf<W>,
