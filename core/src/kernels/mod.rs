@@ -55,10 +55,10 @@ use crate::{Error, Result};
 /// Float matrices are row-major (`cols` contiguous). Quantized matrices are stored ONCE, as
 /// row-interleaved tiles ([`crate::quant::repack`]): rows in groups of [`TILE_ROWS`] = 8, and
 /// tile (group g, block b) holds block b of rows 8g .. 8g + 8 (8 scales, 8 Q4_1 mins, then the
-/// quants interleaved in 4-byte columns), at the index
-/// [`crate::quant::repack::Spans::index`] gives: spans of 2048
-/// columns one after the other, each group after group. One tile per (group, block); the rows
-/// of a last partial group past `rows` are zero padding. Lane r of a tile's block is `tile.block(r)` ([`Tile::block`]).
+/// quants interleaved in 4-byte columns), at the index [`crate::quant::repack::Spans::index`]
+/// gives: spans of 2048 columns one after the other, each group after group. One tile per
+/// (group, block); the rows of a last partial group past `rows` are zero padding. Lane r of a
+/// tile's block is `tile.block(r)` ([`Tile::block`]).
 #[derive(Debug, Clone)]
 pub struct Matrix {
     pub rows: usize,

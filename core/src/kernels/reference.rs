@@ -251,7 +251,8 @@ pub fn dot_k_q8<B: KBlock>(w: &[B], x: &[BlockQ8Act]) -> f32 {
 }
 
 /// Rule 4 over a row of a tiled matrix: row r is lane r % 8 of the tiles of group r / 8, blocks
-/// in order (across the spans the tiles are stored in, [`Spans`]), exactly the sequence of the `dot_*_q8` above.
+/// in order (across the spans the tiles are stored in, [`Spans`]), exactly the sequence of the
+/// `dot_*_q8` above.
 #[inline(always)]
 fn dot_tiled<T: Tile>(
     tiles: &[T],
