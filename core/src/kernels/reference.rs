@@ -544,6 +544,39 @@ mod tests {
         );
     }
 
+    /// The tiled matmul reads each row's blocks in order across the spans the tiles are stored
+    /// in: it equals the row-major dot of every row, bitwise (Q4_0 of 2112 columns: spans of 64,
+    /// 2 blocks; Q4_K of 2304 columns: spans of 8, 1 super-blocks; rows past a whole group).
+    #[test]
+    fn matmul_of_rows_11_q4_0_cols_2112_q4_k_cols_2304_equals_the_row_major_dots() {
+        let mut rng = Rng::new(7, 0);
+        let rows = 11;
+        let (cols, nb) = (2112, 2112 / QK);
+        let blocks = crate::kernels::testdata::q4_0_blocks(&mut rng, rows * nb);
+        let w = Matrix::from_q4_0(rows, cols, &blocks);
+        let mut x = vec![BlockQ8Act::default(); nb];
+        quantize_q8(&rng.values(cols), &mut x);
+        let mut out = vec![0.0f32; rows];
+        matmul(&w, 0, &Input::Q8(&x), &mut [&mut out[..]]);
+        for (r, &o) in out.iter().enumerate() {
+            let want = dot_q4_0_q8(&blocks[r * nb..(r + 1) * nb], &x);
+            assert_eq!(o.to_bits(), want.to_bits(), "Q4_0 row {r}");
+        }
+        let (cols, nbk) = (2304, 2304 / QK_K);
+        let kb = k_blocks::<BlockQ4K>(&mut rng, rows * nbk);
+        let mut bytes = Vec::new();
+        kb.iter().for_each(|b| b.to_bytes(&mut bytes));
+        let w = Matrix::from_bytes("w", crate::quant::GgmlType::Q4_K, rows, cols, &bytes)
+            .expect("whole super-blocks");
+        let mut x = vec![BlockQ8Act::default(); cols / QK];
+        quantize_q8(&rng.values(cols), &mut x);
+        matmul(&w, 0, &Input::Q8(&x), &mut [&mut out[..]]);
+        for (r, &o) in out.iter().enumerate() {
+            let want = dot_k_q8(&kb[r * nbk..(r + 1) * nbk], &x);
+            assert_eq!(o.to_bits(), want.to_bits(), "Q4_K row {r}");
+        }
+    }
+
     #[test]
     fn k_quant_dots_agree_with_the_dequantized_values_q2_k_q3_k_q4_k_q5_k_q6_k() {
         for seed in 1..6 {
