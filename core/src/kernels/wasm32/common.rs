@@ -1507,9 +1507,12 @@ fn matmul_tiles<P: Pass<W>, W: Tile>(
                 }
                 macro_rules! run {
                     ($t:literal) => {{
-                        let mut acc: [[v128; 2]; $t] = std::array::from_fn(|j| {
-                            [load_f32x4(&lanes[j], 0), load_f32x4(&lanes[j], 4)]
-                        });
+                        let mut acc = [[f32x4_splat(0.0); 2]; $t];
+                        if first > 0 {
+                            for (a, lane) in acc.iter_mut().zip(&lanes) {
+                                *a = [load_f32x4(lane, 0), load_f32x4(lane, 4)];
+                            }
+                        }
                         for i in set * per_set..(set + 1) * per_set {
                             let span = spans.span(i);
                             let (from, len) = span;
