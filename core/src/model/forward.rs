@@ -104,19 +104,19 @@ impl Weights {
             }
         }
         // Each sequence's first row in the batch and first position in its cache.
-        let spans: Vec<Span> = sequences
+        let places: Vec<Place> = sequences
             .iter()
             .scan(0, |row, s| {
-                let span = Span {
+                let place = Place {
                     row: *row,
                     n: s.tokens.len(),
                     pos0: s.cache.len,
                 };
                 *row += s.tokens.len();
-                Some(span)
+                Some(place)
             })
             .collect();
-        let n: usize = spans.iter().map(|s| s.n).sum();
+        let n: usize = places.iter().map(|s| s.n).sum();
         if n == 0 {
             return Ok(&[]);
         }
@@ -129,10 +129,14 @@ impl Weights {
             _ => compute,
         };
         let kernels = compute.kernels;
-        for (s, span) in sequences.iter_mut().zip(&spans) {
+        for (s, place) in sequences.iter_mut().zip(&places) {
             for layer in s.cache.layers.iter_mut() {
-                layer.k.resize((span.pos0 + span.n - layer.first) * kv_dim);
-                layer.v.resize((span.pos0 + span.n - layer.first) * kv_dim);
+                layer
+                    .k
+                    .resize((place.pos0 + place.n - layer.first) * kv_dim);
+                layer
+                    .v
+                    .resize((place.pos0 + place.n - layer.first) * kv_dim);
             }
         }
         let qkv_dim = q_dim + 2 * kv_dim;
@@ -170,9 +174,9 @@ impl Weights {
             x.iter_mut().for_each(|v| *v = *v * scale);
         }
         // RoPE angles for each token's position, and for the windowed layers' own base (Gemma 3)
-        rope_angles(&self.inv_freq, &spans, cos, sin); // (n, head_dim/2) each
+        rope_angles(&self.inv_freq, &places, cos, sin); // (n, head_dim/2) each
         if let Some(inv_freq) = &self.inv_freq_local {
-            rope_angles(inv_freq, &spans, cos_local, sin_local);
+            rope_angles(inv_freq, &places, cos_local, sin_local);
         }
 
         for (l, w) in self.layers.iter().enumerate() {
@@ -192,11 +196,11 @@ impl Weights {
             clock.lap(Part::MatmulQkv);
             // biases, QK-norm, RoPE; K and V into each sequence's cache
             let half = head_dim / 2;
-            for (s, span) in sequences.iter_mut().zip(&spans) {
-                let rows = span.row..span.row + span.n;
+            for (s, place) in sequences.iter_mut().zip(&places) {
+                let rows = place.row..place.row + place.n;
                 let layer_cache = &mut s.cache.layers[l];
                 // The row of position pos0 (a windowed layer may have let older rows go).
-                let row0 = span.pos0 - layer_cache.first;
+                let row0 = place.pos0 - layer_cache.first;
                 qkv_to_cache(
                     kernels,
                     c,
@@ -211,7 +215,7 @@ impl Weights {
             }
             clock.lap(Part::RopeCache);
             // attention over each sequence's cache (the layer's window, if any)
-            attention(compute, c, sequences, l, &spans, qkv, att, window);
+            attention(compute, c, sequences, l, &places, qkv, att, window);
             clock.lap(Part::Attention);
             // output projection, post-attention RMSNorm (Gemma), residual
             act.set(compute, att, q_dim, q_dim, [&w.wo]);
@@ -248,21 +252,21 @@ impl Weights {
             let out = post_norm(compute, w.post_ffw_norm.as_deref(), c, proj, xn);
             add_into(x, out);
         }
-        for (s, span) in sequences.iter_mut().zip(&spans) {
-            s.cache.len = span.pos0 + span.n;
+        for (s, place) in sequences.iter_mut().zip(&places) {
+            s.cache.len = place.pos0 + place.n;
             s.cache.compact(kv_dim);
         }
 
         // final RMSNorm and logits for the positions asked for, gathered into `proj`
         let mut picked = 0;
-        for (s, span) in sequences.iter().zip(&spans) {
-            if span.n == 0 {
+        for (s, place) in sequences.iter().zip(&places) {
+            if place.n == 0 {
                 continue;
             }
             let rows = match s.want {
                 LogitsFor::None => continue,
-                LogitsFor::Last => span.row + span.n - 1..span.row + span.n,
-                LogitsFor::All => span.row..span.row + span.n,
+                LogitsFor::Last => place.row + place.n - 1..place.row + place.n,
+                LogitsFor::All => place.row..place.row + place.n,
             };
             let from = &x[rows.start * dim..rows.end * dim];
             proj[picked * dim..picked * dim + from.len()].copy_from_slice(from);
@@ -288,7 +292,7 @@ impl Weights {
 /// Where a sequence sits in a batch: its first row and token count, and the position of its
 /// first token.
 #[derive(Debug, Clone, Copy)]
-struct Span {
+struct Place {
     row: usize,
     n: usize,
     pos0: usize,
@@ -296,11 +300,11 @@ struct Span {
 
 /// cos and sin of every RoPE angle for each token of the batch at its own position, each
 /// (n, head_dim / 2).
-fn rope_angles(inv_freq: &[f32], spans: &[Span], cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
+fn rope_angles(inv_freq: &[f32], places: &[Place], cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
     cos.clear();
     sin.clear();
-    for span in spans {
-        for pos in span.pos0..span.pos0 + span.n {
+    for place in places {
+        for pos in place.pos0..place.pos0 + place.n {
             for &f in inv_freq {
                 // The pure-Rust libm gives the same bits on every target.
                 let angle = pos as f32 * f;
@@ -400,7 +404,7 @@ fn attention(
     c: &ModelConfig,
     sequences: &[Sequence<'_>],
     layer: usize,
-    spans: &[Span],
+    places: &[Place],
     qkv: &[f32],
     att: &mut [f32],
     window: Option<usize>,
@@ -409,7 +413,7 @@ fn attention(
     let qkv_dim = q_dim + 2 * kv_dim;
     let group = c.n_heads / c.n_kv_heads;
     let scale = c.attention_scale();
-    let longest = spans.iter().map(|s| s.n).max().unwrap_or(0);
+    let longest = places.iter().map(|s| s.n).max().unwrap_or(0);
     let heads_per_item =
         attention_heads_per_item(c.n_heads, group, longest, compute.parallel.threads());
     let tile_tokens = compute.tuning.attention_tokens.min(longest.max(1));
@@ -428,9 +432,9 @@ fn attention(
             let mut j = 0;
             while j < outs.len() {
                 let t = t0 + j;
-                let s = spans.partition_point(|s| s.row + s.n <= t);
-                let span = spans[s];
-                let run = (span.row + span.n - t).min(outs.len() - j);
+                let s = places.partition_point(|s| s.row + s.n <= t);
+                let place = places[s];
+                let run = (place.row + place.n - t).min(outs.len() - j);
                 let outs = &mut outs[j..j + run];
                 let mut qs: [&[f32]; MAX_TOKENS_PER_CALL] = [&[]; MAX_TOKENS_PER_CALL];
                 for (i, q) in qs.iter_mut().enumerate().take(run) {
@@ -438,7 +442,7 @@ fn attention(
                     *q = &qkv[at..at + width];
                 }
                 // Token t + i is at position pos + i of its sequence.
-                let pos = span.pos0 + (t - span.row);
+                let pos = place.pos0 + (t - place.row);
                 let cache = &sequences[s].cache.layers[layer];
                 let kv_head = KvHead {
                     keys: cache.k.view(),

@@ -278,6 +278,28 @@ impl Spans {
         spans
     }
 
+    /// Tokens up to which a matmul walks the spans one at a time ([`Spans::walks`]).
+    pub const FEW_TOKENS: usize = 4;
+
+    /// How a matmul of `n_tokens` walks the spans: each item the spans (indices for
+    /// [`Spans::span`]) that one walk over the row groups takes in each group's pass. A few
+    /// tokens (decode, a speculative verify) take one span per walk, the tiles in memory order,
+    /// so one span's activations stay in L1; each pass continues the sums the outputs hold. A
+    /// batch takes every span in one walk, its sums in registers throughout: it rereads a
+    /// group's tiles from cache once per few tokens, and a group's tiles of every span in cache
+    /// are what it needs (64 tokens by two 2048 x 5632 matrices, 1 thread on Zen 4,
+    /// GB/s-times-tokens, a span per walk / every span per walk: Q4_0 80-82 / 80-81 before the
+    /// batch's prefetch of the next group, Q4_K 54-55 / 54-57). A matrix without columns still
+    /// has one (empty) walk, so its outputs are written.
+    pub fn walks(&self, n_tokens: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+        let (walks, per_walk) = if n_tokens <= Self::FEW_TOKENS {
+            (self.count().max(1), 1)
+        } else {
+            (1, self.count())
+        };
+        (0..walks).map(move |w| w * per_walk..(w + 1) * per_walk)
+    }
+
     /// Tiles in all, gaps included.
     pub fn tiles(&self) -> usize {
         self.groups * self.blocks + self.gap * self.count().saturating_sub(1)
@@ -410,6 +432,21 @@ mod tests {
         for r in 0..rows {
             assert_eq!(untile_row(&tiles, nb, r), &blocks[r * nb..(r + 1) * nb]);
         }
+    }
+
+    #[test]
+    fn walks_of_blocks_133_take_a_span_each_up_to_4_tokens_and_all_3_from_5() {
+        // Each walk as (first span, end span).
+        let walks = |spans: Spans, n| spans.walks(n).map(|w| (w.start, w.end)).collect::<Vec<_>>();
+        let spans = Spans::new::<TileQ4_0>(8, 133);
+        assert_eq!(walks(spans, 1), [(0, 1), (1, 2), (2, 3)]);
+        assert_eq!(walks(spans, 4), [(0, 1), (1, 2), (2, 3)]);
+        assert_eq!(walks(spans, 5), [(0, 3)]);
+        // No columns: one empty walk, so a matmul still writes its (zero) outputs.
+        let empty = Spans::new::<TileQ4_0>(8, 0);
+        assert_eq!(walks(empty, 1), [(0, 1)]);
+        assert_eq!(empty.span(0), (0, 0));
+        assert_eq!(walks(empty, 64), [(0, 0)]);
     }
 }
 

@@ -1464,9 +1464,9 @@ impl<D: KIntDot, W: KWeightTile> Pass<W> for SuperBlockPass<D> {
 /// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
 /// are a tiled matrix of `rows` rows of `nt` tiles, each over `per_tile` activation blocks.
 /// Otherwise identical to reference::matmul. Row groups only partly inside the range compute
-/// all 8 lanes and keep the ones asked for. A few tokens walk the spans ([`Spans`]) one after
-/// the other in memory order, each pass continuing the sums the outputs hold (f32 values stored
-/// and loaded exactly); a batch takes every span in each group's pass, as the x86 twin does.
+/// all 8 lanes and keep the ones asked for. The spans walked as [`Spans::walks`] says: a few
+/// tokens span after span in memory order, each pass continuing the sums the outputs hold (f32
+/// values stored and loaded exactly); a batch every span in each group's pass.
 #[inline(always)]
 fn matmul_tiles<P: Pass<W>, W: Tile>(
     tiles: &[W],
@@ -1485,20 +1485,15 @@ fn matmul_tiles<P: Pass<W>, W: Tile>(
     let nb = nt * per_tile;
     let end_row = first_row + n_rows;
     let spans = Spans::new::<W>(rows, nt);
-    let (sets, per_set) = if n_tokens <= TOKENS {
-        (spans.count(), 1)
-    } else {
-        (1, spans.count())
-    };
-    for set in 0..sets {
-        let first = spans.span(set * per_set).0;
+    for walk in spans.walks(n_tokens) {
+        let later_span = walk.start > 0;
         for g in first_row / ROWS..end_row.div_ceil(ROWS) {
             let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
             let mut t0 = 0;
             while t0 < n_tokens {
                 let tt = (n_tokens - t0).min(TOKENS);
                 let mut lanes = [[0.0f32; ROWS]; TOKENS];
-                if first > 0 {
+                if later_span {
                     // The sums so far of the lanes asked for (the others are never read).
                     for (j, lane) in lanes.iter_mut().take(tt).enumerate() {
                         lane[lane_lo..lane_hi]
@@ -1508,12 +1503,12 @@ fn matmul_tiles<P: Pass<W>, W: Tile>(
                 macro_rules! run {
                     ($t:literal) => {{
                         let mut acc = [[f32x4_splat(0.0); 2]; $t];
-                        if first > 0 {
+                        if later_span {
                             for (a, lane) in acc.iter_mut().zip(&lanes) {
                                 *a = [load_f32x4(lane, 0), load_f32x4(lane, 4)];
                             }
                         }
-                        for i in set * per_set..(set + 1) * per_set {
+                        for i in walk.clone() {
                             let span = spans.span(i);
                             let (from, len) = span;
                             let run = spans.run(g, span);

@@ -1010,7 +1010,7 @@ fn prefetches<W>(end: usize, small_from: usize, len: usize) -> bool {
 /// separate streams, which the CPU's own prefetchers follow badly (64 tokens by two 2048 x 5632
 /// Q4_0 matrices, 1 thread on Zen 4: 78-81 GB/s-times-tokens without, 86-88 with; 80-84 in the
 /// one-stream layout before spans). Otherwise tiles in small pages a page ahead
-/// ([`prefetches`]), when `paged` (the caller's choice by batch size).
+/// ([`prefetches`]).
 #[inline(always)]
 fn prefetch_bytes<W>(
     spans: &Spans,
@@ -1018,11 +1018,10 @@ fn prefetch_bytes<W>(
     (g, groups): (usize, usize),
     span: (usize, usize),
     (small_from, len): (usize, usize),
-    paged: bool,
 ) -> usize {
     if batch_first && spans.count() > 1 {
         groups * span.1 * std::mem::size_of::<W>()
-    } else if paged && prefetches::<W>(spans.run(g + groups, span), small_from, len) {
+    } else if prefetches::<W>(spans.run(g + groups, span), small_from, len) {
         PREFETCH_BYTES
     } else {
         0
@@ -1114,11 +1113,11 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
 }
 
 /// The sums so far of token t0 + j's 8 lanes of one row group, the inverse of [`store_lanes`]:
-/// zero at the first span, else from its output at `at` (`direct`) or from `lanes[j]`, which
-/// [`load_lanes`] filled.
+/// zero at the first span, else (`later_span`) from its output at `at` (`direct`) or from
+/// `lanes[j]`, which [`load_lanes`] filled.
 #[inline(always)]
 unsafe fn sums_so_far<const T: usize, const L: usize>(
-    first_span: bool,
+    later_span: bool,
     direct: bool,
     out: &[&mut [f32]],
     (t0, at): (usize, usize),
@@ -1128,7 +1127,7 @@ unsafe fn sums_so_far<const T: usize, const L: usize>(
     // SAFETY: avx is enabled in the caller.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); T];
-        if !first_span {
+        if later_span {
             for (j, a) in acc.iter_mut().enumerate() {
                 *a = if direct {
                     _mm256_loadu_ps(out[t0 + j][at..at + ROWS].as_ptr())
@@ -1191,37 +1190,134 @@ fn load_lanes<const L: usize>(
     }
 }
 
+/// One pass over a row group's run in a span by T tokens, for [`matmul_tiles`]: rule 4 per
+/// block ([`tile`], two groups at once with [`IntDot::tile_pair`]) or per super-block
+/// ([`tile_k`]).
+trait Pass<W> {
+    /// Activation blocks per tile.
+    const BLOCKS: usize;
+    /// The most tokens one pass takes (bounded by the registers the backend has).
+    const TOKENS: usize;
+    /// Whether a batch takes two row groups per pass ([`Pass::pair`]).
+    const PAIRS: bool;
+
+    /// The 8 rows of `len` tiles from `tiles` by T tokens, continuing the sums `acc`.
+    ///
+    /// # Safety
+    /// As [`tile`].
+    unsafe fn run<const T: usize>(
+        tiles: *const W,
+        x: &[*const BlockQ8Act; T],
+        len: usize,
+        prefetch: usize,
+        acc: [__m256; T],
+    ) -> [__m256; T];
+
+    /// Two consecutive groups' runs, continuing the sums in `lanes` ([`IntDot::tile_pair`]).
+    ///
+    /// # Safety
+    /// As [`IntDot::tile_pair`]; only called when PAIRS is true.
+    #[inline(always)]
+    unsafe fn pair<const T: usize>(
+        tiles: *const W,
+        x: &[*const BlockQ8Act; T],
+        len: usize,
+        lanes: &mut [[f32; 2 * ROWS]; 8],
+        prefetch: usize,
+    ) {
+        let _ = (tiles, x, len, lanes, prefetch);
+        unreachable!("pair without PAIRS");
+    }
+}
+
+/// Rule 4's per-block pass ([`tile`]).
+struct BlockPass<D>(std::marker::PhantomData<D>);
+
+impl<D: IntDot, W: WeightTile> Pass<W> for BlockPass<D> {
+    const BLOCKS: usize = 1;
+    const TOKENS: usize = D::TOKENS;
+    const PAIRS: bool = D::PAIRS;
+
+    #[inline(always)]
+    unsafe fn run<const T: usize>(
+        tiles: *const W,
+        x: &[*const BlockQ8Act; T],
+        len: usize,
+        prefetch: usize,
+        acc: [__m256; T],
+    ) -> [__m256; T] {
+        // SAFETY: forwarded to the caller.
+        unsafe { tile::<D, W, T>(tiles, x, len, prefetch, acc) }
+    }
+
+    #[inline(always)]
+    unsafe fn pair<const T: usize>(
+        tiles: *const W,
+        x: &[*const BlockQ8Act; T],
+        len: usize,
+        lanes: &mut [[f32; 2 * ROWS]; 8],
+        prefetch: usize,
+    ) {
+        // SAFETY: forwarded to the caller.
+        unsafe { D::tile_pair::<W, T>(tiles, x, len, lanes, prefetch) }
+    }
+}
+
+/// Rule 4's per-super-block pass ([`tile_k`]): 4 tokens at most (the 8 sub-blocks' integer
+/// dots of more would not fit the 16 registers), no pairs.
+struct SuperBlockPass<D>(std::marker::PhantomData<D>);
+
+impl<D: IntDot, W: KWeightTile> Pass<W> for SuperBlockPass<D> {
+    const BLOCKS: usize = 8;
+    const TOKENS: usize = 4;
+    const PAIRS: bool = false;
+
+    #[inline(always)]
+    unsafe fn run<const T: usize>(
+        tiles: *const W,
+        x: &[*const BlockQ8Act; T],
+        len: usize,
+        prefetch: usize,
+        acc: [__m256; T],
+    ) -> [__m256; T] {
+        // SAFETY: forwarded to the caller.
+        unsafe { tile_k::<D, W, T>(tiles, x, len, prefetch, acc) }
+    }
+}
+
 /// `out[t][i] = dot(w row first_row + i, x token t)` for quantized weights (rule 4): `tiles`
-/// are a tiled matrix of `rows` rows of `nb` blocks. Otherwise identical to reference::matmul.
-/// The spans ([`Spans`]) as [`span_sets`] says: for a few tokens span after span, in the tiles'
-/// memory order, each pass continuing the sums the outputs hold from the spans before (f32
-/// values stored and loaded exactly, so every lane adds its blocks in order, as the reference
-/// does); for a batch every span in each group's pass.
-/// Row groups only partly inside the range compute all 8 lanes and keep the ones asked for.
-/// Tiles in 4 KiB pages are prefetched ([`prefetch_bytes`]).
+/// are a tiled matrix of `rows` rows of `nt` tiles, each over `P::BLOCKS` activation blocks.
+/// Otherwise identical to reference::matmul. The spans ([`Spans`]) walked as
+/// [`Spans::walks`] says: for a few tokens span after span, in the tiles' memory order, each
+/// pass continuing the sums the outputs hold from the spans before (f32 values stored and
+/// loaded exactly, so every lane adds its blocks in order, as the reference does); for a batch
+/// every span in each group's pass. Row groups only partly inside the range compute all 8
+/// lanes and keep the ones asked for. Tiles are prefetched as [`prefetch_bytes`] says.
 #[inline(always)]
-pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
+unsafe fn matmul_tiles<P: Pass<W>, W: Tile>(
     tiles: &Buf<W>,
     rows: usize,
-    nb: usize,
+    nt: usize,
     first_row: usize,
     x: &[BlockQ8Act],
     out: &mut [&mut [f32]],
 ) {
-    let (n_tokens, n_rows) = check_matmul_q(tiles.len(), rows, nb, first_row, x.len(), out);
+    let (n_tokens, n_rows) =
+        check_matmul_q(tiles.len(), rows, nt, first_row, x.len() / P::BLOCKS, out);
     if n_rows == 0 {
         return;
     }
+    let nb = nt * P::BLOCKS;
     let end_row = first_row + n_rows;
+    let g_end = end_row.div_ceil(ROWS);
     let small_from = tiles.small_pages_from();
-    let spans = Spans::new::<W>(rows, nb);
-    let (sets, per_set) = span_sets(&spans, n_tokens);
-    // SAFETY: the asserts above bound every tile and block read; features are enabled in the
-    // caller.
+    let spans = Spans::new::<W>(rows, nt);
+    let batch = n_tokens > Spans::FEW_TOKENS;
+    // SAFETY: check_matmul_q bounds every tile and n_tokens * nt * P::BLOCKS activation blocks;
+    // features are enabled in the caller.
     unsafe {
-        let g_end = end_row.div_ceil(ROWS);
-        for set in 0..sets {
-            let first = spans.span(set * per_set).0;
+        for walk in spans.walks(n_tokens) {
+            let later_span = walk.start > 0;
             let mut g = first_row / ROWS;
             while g < g_end {
                 // 16 rows (two groups) per pass when the backend has 512-bit registers and
@@ -1230,8 +1326,9 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                 // avx512: 108 -> 184 tok/s at 1 thread after 50 tokens, 132 -> 168 at 2 threads
                 // after 500, with single groups; a forward of 4 tokens at 1 thread on Zen 4:
                 // 1.8x the cost of one token with pairs, 1.16x with single groups; of 8: 2.0x
-                // with pairs, 2.3x without).
-                let groups = if D::PAIRS && n_tokens > 4 && g + 1 < g_end {
+                // with pairs, 2.3x without). A batch takes every span in one walk, so a pair
+                // always starts from zero sums.
+                let groups = if P::PAIRS && batch && g + 1 < g_end {
                     2
                 } else {
                     1
@@ -1242,38 +1339,37 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                 let direct = groups == 1 && lane_hi - lane_lo == ROWS;
                 let mut t0 = 0;
                 while t0 < n_tokens {
-                    let tt = (n_tokens - t0).min(D::TOKENS);
+                    let tt = (n_tokens - t0).min(P::TOKENS);
                     let mut lanes = [[0.0f32; 2 * ROWS]; 8];
-                    if first > 0 && !direct {
+                    if later_span && !direct {
                         load_lanes(&mut lanes, tt, out, (t0, at), (lane_lo, lane_hi));
                     }
                     macro_rules! run {
                         ($t:literal) => {{
                             let mut acc = sums_so_far::<$t, { 2 * ROWS }>(
-                                first == 0 || groups == 2,
+                                later_span,
                                 direct,
                                 out,
                                 (t0, at),
                                 &lanes,
                             );
-                            for span in (set * per_set..(set + 1) * per_set).map(|i| spans.span(i))
-                            {
+                            for span in walk.clone().map(|i| spans.span(i)) {
                                 let (from, len) = span;
                                 let run = tiles.as_ptr().add(spans.run(g, span));
                                 let prefetch = prefetch_bytes::<W>(
                                     &spans,
-                                    sets == 1 && t0 == 0,
+                                    batch && t0 == 0,
                                     (g, groups),
                                     span,
                                     (small_from, tiles.len()),
-                                    true,
                                 );
-                                let xs: [*const BlockQ8Act; $t] =
-                                    std::array::from_fn(|j| x.as_ptr().add((t0 + j) * nb + from));
+                                let xs: [*const BlockQ8Act; $t] = std::array::from_fn(|j| {
+                                    x.as_ptr().add((t0 + j) * nb + from * P::BLOCKS)
+                                });
                                 if groups == 2 {
-                                    D::tile_pair::<W, $t>(run, &xs, len, &mut lanes, prefetch);
+                                    P::pair::<$t>(run, &xs, len, &mut lanes, prefetch);
                                 } else {
-                                    acc = tile::<D, W, $t>(run, &xs, len, prefetch, acc);
+                                    acc = P::run::<$t>(run, &xs, len, prefetch, acc);
                                 }
                             }
                             if groups == 1 {
@@ -1281,11 +1377,13 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
                             }
                         }};
                     }
+                    // Arms above P::TOKENS are never taken (`tt` is at most P::TOKENS); their
+                    // constant guards keep them from being compiled.
                     match tt {
-                        8 => run!(8),
-                        7 => run!(7),
-                        6 => run!(6),
-                        5 => run!(5),
+                        8 if P::TOKENS >= 8 => run!(8),
+                        7 if P::TOKENS >= 7 => run!(7),
+                        6 if P::TOKENS >= 6 => run!(6),
+                        5 if P::TOKENS >= 5 => run!(5),
                         4 => run!(4),
                         3 => run!(3),
                         2 => run!(2),
@@ -1302,20 +1400,39 @@ pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
     }
 }
 
-/// How a matmul of `n_tokens` walks the spans: (sets, spans per set), each set one walk over
-/// the row groups. A few tokens (decode, a speculative verify) take one span per walk, the tiles
-/// in memory order, so one span's activations stay in L1 ([`Spans`]); a batch takes all spans
-/// in each group's pass, its sums in registers throughout: it rereads a group's tiles from cache
-/// once per few tokens, and a group's tiles of every span in cache are what it needs (64 tokens
-/// by two 2048 x 5632 matrices, 1 thread on Zen 4, GB/s-times-tokens: Q4_0 80-82 a span at a
-/// time, 80-81 all spans per pass before [`prefetch_bytes`], Q4_K 54-55 and 54-57).
+/// Rule 4 for the per-block types: `tiles` are `rows` rows of `nb` blocks ([`matmul_tiles`]).
+///
+/// # Safety
+/// The backend's target features must be enabled in the caller.
 #[inline(always)]
-fn span_sets(spans: &Spans, n_tokens: usize) -> (usize, usize) {
-    if n_tokens <= 4 {
-        (spans.count(), 1)
-    } else {
-        (1, spans.count())
-    }
+pub unsafe fn matmul_q<D: IntDot, W: WeightTile>(
+    tiles: &Buf<W>,
+    rows: usize,
+    nb: usize,
+    first_row: usize,
+    x: &[BlockQ8Act],
+    out: &mut [&mut [f32]],
+) {
+    // SAFETY: forwarded to the caller.
+    unsafe { matmul_tiles::<BlockPass<D>, W>(tiles, rows, nb, first_row, x, out) }
+}
+
+/// Rule 4 for the K-quants: `tiles` are `rows` rows of `nbk` super-blocks (8 blocks each;
+/// [`matmul_tiles`]).
+///
+/// # Safety
+/// The backend's target features must be enabled in the caller.
+#[inline(always)]
+pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
+    tiles: &Buf<W>,
+    rows: usize,
+    nbk: usize,
+    first_row: usize,
+    x: &[BlockQ8Act],
+    out: &mut [&mut [f32]],
+) {
+    // SAFETY: forwarded to the caller.
+    unsafe { matmul_tiles::<SuperBlockPass<D>, W>(tiles, rows, nbk, first_row, x, out) }
 }
 
 /// `out[t][i] = dot(w row first_row + i, x token t)` for float weights (rule 2). Otherwise
@@ -1940,81 +2057,5 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
             four_sub_blocks!(4, 5, 6, 7);
         }
         acc
-    }
-}
-
-/// `out[t][i] = dot(w row first_row + i, x token t)` for K-quant weights: `tiles` are a tiled
-/// matrix of `rows` rows of `nbk` super-blocks. Otherwise identical to reference::matmul. The
-/// spans walked as in [`matmul_q`]; tiles in 4 KiB pages are prefetched ([`prefetch_bytes`]).
-#[inline(always)]
-pub unsafe fn matmul_k<D: IntDot, W: KWeightTile>(
-    tiles: &Buf<W>,
-    rows: usize,
-    nbk: usize,
-    first_row: usize,
-    x: &[BlockQ8Act],
-    out: &mut [&mut [f32]],
-) {
-    let (n_tokens, n_rows) = check_matmul_q(tiles.len(), rows, nbk, first_row, x.len() / 8, out);
-    if n_rows == 0 {
-        return;
-    }
-    let nb = 8 * nbk;
-    let end_row = first_row + n_rows;
-    let small_from = tiles.small_pages_from();
-    let spans = Spans::new::<W>(rows, nbk);
-    let (sets, per_set) = span_sets(&spans, n_tokens);
-    // SAFETY: check_matmul_q bounds the tiles and n_tokens * nbk super-blocks of activations
-    // (8 blocks each); features are enabled in the caller.
-    unsafe {
-        for set in 0..sets {
-            let first = spans.span(set * per_set).0;
-            for g in first_row / ROWS..end_row.div_ceil(ROWS) {
-                let (lane_lo, lane_hi, at) = group_lanes(g, 1, first_row, end_row);
-                // A whole group's lanes go straight to the outputs; a partial one through `lanes`.
-                let direct = lane_hi - lane_lo == ROWS;
-                let mut t0 = 0;
-                while t0 < n_tokens {
-                    let tt = (n_tokens - t0).min(4);
-                    let mut lanes = [[0.0f32; ROWS]; 4];
-                    if first > 0 && !direct {
-                        load_lanes(&mut lanes, tt, out, (t0, at), (lane_lo, lane_hi));
-                    }
-                    macro_rules! run {
-                        ($t:literal) => {{
-                            let mut acc = sums_so_far(first == 0, direct, out, (t0, at), &lanes);
-                            for span in (set * per_set..(set + 1) * per_set).map(|i| spans.span(i))
-                            {
-                                let (from, len) = span;
-                                let run = tiles.as_ptr().add(spans.run(g, span));
-                                let prefetch = prefetch_bytes::<W>(
-                                    &spans,
-                                    sets == 1 && t0 == 0,
-                                    (g, 1),
-                                    span,
-                                    (small_from, tiles.len()),
-                                    n_tokens <= 4,
-                                );
-                                let xs: [*const BlockQ8Act; $t] = std::array::from_fn(|j| {
-                                    x.as_ptr().add((t0 + j) * nb + 8 * from)
-                                });
-                                acc = tile_k::<D, W, $t>(run, &xs, len, prefetch, acc);
-                            }
-                            store_lanes(acc, direct, out, (t0, at), &mut lanes);
-                        }};
-                    }
-                    match tt {
-                        4 => run!(4),
-                        3 => run!(3),
-                        2 => run!(2),
-                        _ => run!(1),
-                    }
-                    if !direct {
-                        copy_lanes(&lanes, tt, out, (t0, at), (lane_lo, lane_hi));
-                    }
-                    t0 += tt;
-                }
-            }
-        }
     }
 }
