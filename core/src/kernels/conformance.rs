@@ -459,6 +459,7 @@ fn matmul(all: &mut Vec<Case>) {
             (8, 256, 9),
             (17, 2304, 1),
             (19, 2304, 6),
+            (17, 2304, 11),
             (9, 5632, 1),
         ] {
             all.push(matmul_case(ty, rows, cols, tokens, 3));

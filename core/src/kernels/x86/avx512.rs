@@ -81,9 +81,10 @@ impl common::IntDot for DpbusdEvex {
                 let d = join_ps(d0, d1);
                 let m = join_ps(m0, m1);
                 let (w0, w1) = (t0.unpack_unsigned(), t1.unpack_unsigned());
+                // (A loop, not `from_fn`: a closure would not inherit the target features.)
                 let mut w = [_mm512_setzero_si512(); 8];
                 for k in 0..8 {
-                    w[k] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0[k]), w1[k]);
+                    w[k] = join_si(w0[k], w1[k]);
                 }
                 for j in 0..T {
                     let xb = &*x[j].add(b);
@@ -111,6 +112,148 @@ impl common::IntDot for DpbusdEvex {
             }
         }
     }
+
+    /// Otherwise identical to common::tile_k: the two groups' super-blocks side by side in
+    /// 512-bit registers (lanes 0..8 the first group's rows, 8..16 the second's), so each
+    /// activation column broadcast, `vpdpbusd` and f32 step serves 16 rows; every lane's
+    /// sequence is unchanged. Starts from the sums in `lanes` and leaves the new ones there.
+    #[inline(always)]
+    unsafe fn tile_k_pair<W: common::KWeightTile, const T: usize>(
+        tiles: *const W,
+        x: &[*const BlockQ8Act; T],
+        nbk: usize,
+        lanes: &mut [[f32; 2 * common::ROWS]; 8],
+        prefetch: usize,
+    ) {
+        debug_assert!(!W::SIGNED);
+        // SAFETY: the caller guarantees 2 * nbk readable tiles and 8 * nbk blocks per token;
+        // avx512f, bw, vl, vnni and f16c are enabled in the caller; prefetches never fault.
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); T];
+            for (a, lane) in acc.iter_mut().zip(lanes.iter()) {
+                *a = _mm512_loadu_ps(lane.as_ptr());
+            }
+            for b in 0..nbk {
+                if prefetch != 0 {
+                    for g in [tiles.add(b), tiles.add(nbk + b)] {
+                        let ahead = g.cast::<u8>().wrapping_add(prefetch);
+                        for line in (0..std::mem::size_of::<W>()).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+                        }
+                    }
+                }
+                let pair = (&*tiles.add(b), &*tiles.add(nbk + b));
+                let ((d0, n0), (d1, n1)) = (pair.0.factors(), pair.1.factors());
+                let factors = (join_ps(d0, d1), join_ps(n0, n1));
+                let xs: [*const BlockQ8Act; T] = std::array::from_fn(|i| x[i].add(8 * b));
+                // Literal indices, as in common::tile_k: each sub-block's unpacking resolved
+                // at compile time.
+                k_pair_sub_block::<W, T, 0>(pair, &xs, factors, &mut acc);
+                k_pair_sub_block::<W, T, 1>(pair, &xs, factors, &mut acc);
+                k_pair_sub_block::<W, T, 2>(pair, &xs, factors, &mut acc);
+                k_pair_sub_block::<W, T, 3>(pair, &xs, factors, &mut acc);
+                k_pair_sub_block::<W, T, 4>(pair, &xs, factors, &mut acc);
+                k_pair_sub_block::<W, T, 5>(pair, &xs, factors, &mut acc);
+                k_pair_sub_block::<W, T, 6>(pair, &xs, factors, &mut acc);
+                k_pair_sub_block::<W, T, 7>(pair, &xs, factors, &mut acc);
+            }
+            for (lane, a) in lanes.iter_mut().zip(acc) {
+                _mm512_storeu_ps(lane.as_mut_ptr(), a);
+            }
+        }
+    }
+}
+
+/// Sub-block J of [`DpbusdEvex::tile_k_pair`]'s two tiles by T tokens (`x[i]` is token i's
+/// first activation block of the super-block; `factors` the joined (d, -dmin)): common's
+/// sub_block_ints and tile_k's f32 step on 16 lanes.
+#[inline(always)]
+unsafe fn k_pair_sub_block<W: common::KWeightTile, const T: usize, const J: usize>(
+    (t0, t1): (&W, &W),
+    x: &[*const BlockQ8Act; T],
+    (d, neg_dmin): (__m512, __m512),
+    acc: &mut [__m512; T],
+) {
+    // SAFETY: the caller guarantees readable tiles and blocks; avx512f, bw, vl, vnni and f16c
+    // are enabled in the caller.
+    unsafe {
+        let (w0, w1) = (t0.unpack(J), t1.unpack(J));
+        let mut w = [_mm512_setzero_si512(); 8];
+        for k in 0..8 {
+            w[k] = join_si(w0[k], w1[k]);
+        }
+        let ((s0a, s1a), (s0b, s1b)) = (t0.scales(J), t1.scales(J));
+        let (s0, s1) = (join_si(s0a, s0b), join_si(s1a, s1b));
+        let (m0, m1) = if W::HAS_MIN {
+            let ((m0a, m1a), (m0b, m1b)) = (t0.mins(J), t1.mins(J));
+            (join_si(m0a, m0b), join_si(m1a, m1b))
+        } else {
+            (s0, s1)
+        };
+        for (a, &xt) in acc.iter_mut().zip(x) {
+            let xb = &*xt.add(J);
+            let xq = xb.qs.as_ptr().cast::<i32>();
+            let (iscaled, imin) = if W::SHARED_HALVES {
+                // s0 == s1, m0 == m1: s * isum and m * sum_x (m in each lane's low i16).
+                let mut isum = _mm512_setzero_si512();
+                for (k, wk) in w.iter().enumerate() {
+                    let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
+                    isum = _mm512_dpbusd_epi32(isum, *wk, xk);
+                }
+                let imin = _mm512_madd_epi16(m0, _mm512_set1_epi32(xb.sum));
+                (_mm512_mullo_epi32(s0, isum), imin)
+            } else {
+                // Per half: s0 * isum_0 + s1 * isum_1, and the offset and minimum terms as one
+                // `madd` of the i16 pairs (s0, s1), (m0, m1) against (sum_x0, sum_x1).
+                let mut isum = [_mm512_setzero_si512(); 2];
+                for (k, wk) in w.iter().enumerate() {
+                    let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
+                    isum[k / 4] = _mm512_dpbusd_epi32(isum[k / 4], *wk, xk);
+                }
+                let sx0 = common::half_sum(&xb.qs);
+                let sx01 = _mm512_set1_epi32((sx0 & 0xffff) | ((xb.sum - sx0) << 16));
+                let mut iscaled = _mm512_add_epi32(
+                    _mm512_mullo_epi32(s0, isum[0]),
+                    _mm512_mullo_epi32(s1, isum[1]),
+                );
+                if W::OFFSET != 0 {
+                    let offsets = _mm512_madd_epi16(i16_pairs(s0, s1), sx01);
+                    let offsets = _mm512_mullo_epi32(offsets, _mm512_set1_epi32(W::OFFSET));
+                    iscaled = _mm512_sub_epi32(iscaled, offsets);
+                }
+                let imin = if W::HAS_MIN {
+                    _mm512_madd_epi16(i16_pairs(m0, m1), sx01)
+                } else {
+                    _mm512_setzero_si512()
+                };
+                (iscaled, imin)
+            };
+            let dx = _mm512_set1_ps(xb.d);
+            let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(iscaled), _mm512_mul_ps(d, dx));
+            if W::HAS_MIN {
+                let dmin_dx = _mm512_mul_ps(neg_dmin, dx);
+                term = _mm512_add_ps(term, _mm512_mul_ps(_mm512_cvtepi32_ps(imin), dmin_dx));
+            }
+            *a = _mm512_add_ps(*a, term);
+        }
+    }
+}
+
+/// Per lane the i16 pair (lo, hi) of two small integers (|v| < 2^15).
+#[inline(always)]
+unsafe fn i16_pairs(lo: __m512i, hi: __m512i) -> __m512i {
+    // SAFETY: avx512f is enabled in the caller.
+    unsafe {
+        let lo = _mm512_and_si512(lo, _mm512_set1_epi32(0xffff));
+        _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi))
+    }
+}
+
+/// [a | b] in one 512-bit register.
+#[inline(always)]
+unsafe fn join_si(a: __m256i, b: __m256i) -> __m512i {
+    // SAFETY: avx512f is enabled in the caller.
+    unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b) }
 }
 
 /// Otherwise identical to common::attention (so to reference::attention), for an even N, on
