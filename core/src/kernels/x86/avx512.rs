@@ -190,52 +190,79 @@ unsafe fn k_pair_sub_block<W: common::KWeightTile, const T: usize, const J: usiz
         } else {
             (s0, s1)
         };
-        for (a, &xt) in acc.iter_mut().zip(x) {
-            let xb = &*xt.add(J);
-            let xq = xb.qs.as_ptr().cast::<i32>();
-            let (iscaled, imin) = if W::SHARED_HALVES {
-                // s0 == s1, m0 == m1: s * isum and m * sum_x (m in each lane's low i16).
-                let mut isum = _mm512_setzero_si512();
-                for (k, wk) in w.iter().enumerate() {
-                    let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
-                    isum = _mm512_dpbusd_epi32(isum, *wk, xk);
+        // Every token's step spelled out (constant indices keep the sums in registers; a loop
+        // over the tokens kept them on the stack).
+        const { assert!(T <= 8, "the pass spells out at most 8 tokens") };
+        let scales = (s0, s1, m0, m1);
+        macro_rules! tokens {
+            ($($i:literal)+) => {$(
+                if $i < T {
+                    k_pair_token::<W>(&w, scales, (d, neg_dmin), &*x[$i].add(J), &mut acc[$i]);
                 }
-                let imin = _mm512_madd_epi16(m0, _mm512_set1_epi32(xb.sum));
-                (_mm512_mullo_epi32(s0, isum), imin)
-            } else {
-                // Per half: s0 * isum_0 + s1 * isum_1, and the offset and minimum terms as one
-                // `madd` of the i16 pairs (s0, s1), (m0, m1) against (sum_x0, sum_x1).
-                let mut isum = [_mm512_setzero_si512(); 2];
-                for (k, wk) in w.iter().enumerate() {
-                    let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
-                    isum[k / 4] = _mm512_dpbusd_epi32(isum[k / 4], *wk, xk);
-                }
-                let sx0 = common::half_sum(&xb.qs);
-                let sx01 = _mm512_set1_epi32((sx0 & 0xffff) | ((xb.sum - sx0) << 16));
-                let mut iscaled = _mm512_add_epi32(
-                    _mm512_mullo_epi32(s0, isum[0]),
-                    _mm512_mullo_epi32(s1, isum[1]),
-                );
-                if W::OFFSET != 0 {
-                    let offsets = _mm512_madd_epi16(i16_pairs(s0, s1), sx01);
-                    let offsets = _mm512_mullo_epi32(offsets, _mm512_set1_epi32(W::OFFSET));
-                    iscaled = _mm512_sub_epi32(iscaled, offsets);
-                }
-                let imin = if W::HAS_MIN {
-                    _mm512_madd_epi16(i16_pairs(m0, m1), sx01)
-                } else {
-                    _mm512_setzero_si512()
-                };
-                (iscaled, imin)
-            };
-            let dx = _mm512_set1_ps(xb.d);
-            let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(iscaled), _mm512_mul_ps(d, dx));
-            if W::HAS_MIN {
-                let dmin_dx = _mm512_mul_ps(neg_dmin, dx);
-                term = _mm512_add_ps(term, _mm512_mul_ps(_mm512_cvtepi32_ps(imin), dmin_dx));
-            }
-            *a = _mm512_add_ps(*a, term);
+            )+};
         }
+        tokens!(0 1 2 3 4 5 6 7);
+    }
+}
+
+/// One token's step of [`k_pair_sub_block`]: the integers of common's sub_block_ints for block
+/// `xb` and the f32 step into `a`.
+#[inline(always)]
+unsafe fn k_pair_token<W: common::KWeightTile>(
+    w: &[__m512i; 8],
+    (s0, s1, m0, m1): (__m512i, __m512i, __m512i, __m512i),
+    (d, neg_dmin): (__m512, __m512),
+    xb: &BlockQ8Act,
+    a: &mut __m512,
+) {
+    // SAFETY: avx512f, bw and vnni are enabled in the caller; the block is readable.
+    unsafe {
+        let xq = xb.qs.as_ptr().cast::<i32>();
+        let (iscaled, imin) = if W::SHARED_HALVES {
+            // s0 == s1, m0 == m1: s * isum and m * sum_x (m in each lane's low i16). The sum
+            // runs as two chains (even and odd k) to halve the vpdpbusd latency chain; i32
+            // addition wraps, so the split gives the same integer.
+            let mut two = [_mm512_setzero_si512(); 2];
+            for (k, wk) in w.iter().enumerate() {
+                let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
+                two[k % 2] = _mm512_dpbusd_epi32(two[k % 2], *wk, xk);
+            }
+            let isum = _mm512_add_epi32(two[0], two[1]);
+            let imin = _mm512_madd_epi16(m0, _mm512_set1_epi32(xb.sum));
+            (_mm512_mullo_epi32(s0, isum), imin)
+        } else {
+            // Per half: s0 * isum_0 + s1 * isum_1, and the offset and minimum terms as one
+            // `madd` of the i16 pairs (s0, s1), (m0, m1) against (sum_x0, sum_x1).
+            let mut isum = [_mm512_setzero_si512(); 2];
+            for (k, wk) in w.iter().enumerate() {
+                let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
+                isum[k / 4] = _mm512_dpbusd_epi32(isum[k / 4], *wk, xk);
+            }
+            let sx0 = common::half_sum(&xb.qs);
+            let sx01 = _mm512_set1_epi32((sx0 & 0xffff) | ((xb.sum - sx0) << 16));
+            let mut iscaled = _mm512_add_epi32(
+                _mm512_mullo_epi32(s0, isum[0]),
+                _mm512_mullo_epi32(s1, isum[1]),
+            );
+            if W::OFFSET != 0 {
+                let offsets = _mm512_madd_epi16(i16_pairs(s0, s1), sx01);
+                let offsets = _mm512_mullo_epi32(offsets, _mm512_set1_epi32(W::OFFSET));
+                iscaled = _mm512_sub_epi32(iscaled, offsets);
+            }
+            let imin = if W::HAS_MIN {
+                _mm512_madd_epi16(i16_pairs(m0, m1), sx01)
+            } else {
+                _mm512_setzero_si512()
+            };
+            (iscaled, imin)
+        };
+        let dx = _mm512_set1_ps(xb.d);
+        let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(iscaled), _mm512_mul_ps(d, dx));
+        if W::HAS_MIN {
+            let dmin_dx = _mm512_mul_ps(neg_dmin, dx);
+            term = _mm512_add_ps(term, _mm512_mul_ps(_mm512_cvtepi32_ps(imin), dmin_dx));
+        }
+        *a = _mm512_add_ps(*a, term);
     }
 }
 
