@@ -16,15 +16,7 @@ use crate::{Error, Result};
 /// Load-time tuning: a few tens of ms at most; `INFERNO_AUTOTUNE=0` keeps the defaults (tests
 /// that build many engines). wasm keeps the defaults (it runs serially).
 fn tune(weights: &Weights, kernels: &'static Kernels, parallel: &dyn Parallel) -> Tuning {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        if std::env::var("INFERNO_AUTOTUNE").as_deref() != Ok("0") {
-            let budget = std::time::Duration::from_millis(40);
-            return Tuning::autotune(weights, kernels, parallel, budget);
-        }
-    }
-    let _ = (weights, kernels, parallel);
-    Tuning::default()
+    tune_with(weights, kernels, None, parallel)
 }
 
 /// [`tune`], and for kernels the engine chose itself (not asked for by the caller or by
@@ -32,12 +24,39 @@ fn tune(weights: &Weights, kernels: &'static Kernels, parallel: &dyn Parallel) -
 fn tune_auto(weights: &Weights, kernels: &'static Kernels, parallel: &dyn Parallel) -> Tuning {
     #[cfg(not(target_arch = "wasm32"))]
     if std::env::var("INFERNO_AUTOTUNE").as_deref() != Ok("0") {
-        return Tuning {
-            decode_kernels: Tuning::pick_decode_kernels(weights, kernels, parallel),
-            ..tune(weights, kernels, parallel)
-        };
+        let decode_kernels = Tuning::pick_decode_kernels(weights, kernels, parallel);
+        return tune_with(weights, kernels, decode_kernels, parallel);
     }
     tune(weights, kernels, parallel)
+}
+
+/// The work cut per matrix shape, and the machine's prefetch distance for one-token matmuls
+/// timed with the kernels that run them (set for the process: a property of the machine).
+fn tune_with(
+    weights: &Weights,
+    kernels: &'static Kernels,
+    decode_kernels: Option<&'static Kernels>,
+    parallel: &dyn Parallel,
+) -> Tuning {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        if std::env::var("INFERNO_AUTOTUNE").as_deref() != Ok("0") {
+            let budget = std::time::Duration::from_millis(40);
+            let tuning = Tuning {
+                decode_kernels,
+                ..Tuning::autotune(weights, kernels, parallel, budget)
+            };
+            let decode = decode_kernels.unwrap_or(kernels);
+            let distance = Tuning::pick_stream_prefetch(weights, decode, parallel);
+            crate::kernels::set_stream_prefetch(distance);
+            return tuning;
+        }
+    }
+    let _ = (weights, kernels, parallel);
+    Tuning {
+        decode_kernels,
+        ..Tuning::default()
+    }
 }
 
 /// How to build an [`Engine`].

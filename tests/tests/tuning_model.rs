@@ -1,13 +1,14 @@
 //! Model-level determinism over every way the work can be cut (ARCHITECTURE.md, contract rule 7):
 //! for every backend, threads 1/2/3/8 and several forced tunings (rows per matmul work item,
-//! tokens per attention work item) plus the load-time autotuned one, a batched prefill and a
-//! token-by-token run give the reference's logits bit for bit.
+//! tokens per attention work item) plus the load-time autotuned one, with and without prefetching
+//! the weights ahead in one-token matmuls, a batched prefill and a token-by-token run give the
+//! reference's logits bit for bit.
 
 use std::sync::Arc;
 
 use inferno_core::engine::{Engine, EngineOptions};
-use inferno_core::kernels::{reference, Kernels};
-use inferno_core::model::Tuning;
+use inferno_core::kernels::{reference, set_stream_prefetch, Kernels};
+use inferno_core::model::{Tuning, STREAM_PREFETCH};
 use inferno_core::parallel::Serial;
 use inferno_core::quant::GgmlType;
 use inferno_native::pool::{self, ThreadPool};
@@ -72,8 +73,16 @@ fn assert_every_configuration_matches(
                 .map(|&(d, b, a)| (format!("fixed({d},{b},{a})"), Tuning::fixed(d, b, a)))
                 .collect();
             tunings.push(("autotuned".into(), tuned.tuning().clone()));
+            // The same tuning with the longest prefetch distance the tuner tries (a process-wide
+            // setting: other tests of this binary running meanwhile get the same bits too).
+            tunings.push(("autotuned+prefetch".into(), tuned.tuning().clone()));
             for (name, tuning) in tunings {
                 let engine = tuned.with_tuning(tuning);
+                let distance = match name.as_str() {
+                    "autotuned+prefetch" => STREAM_PREFETCH[STREAM_PREFETCH.len() - 1],
+                    _ => 0,
+                };
+                set_stream_prefetch(distance);
                 for batched in [true, false] {
                     if !batched && !token_by_token {
                         continue;
@@ -86,6 +95,7 @@ fn assert_every_configuration_matches(
                     );
                     assert_bits_eq(&got, &want, vocab, &case);
                 }
+                set_stream_prefetch(0);
             }
         }
     }

@@ -16,7 +16,7 @@ mod weights;
 pub use cache::{CacheData, KvCache, LayerCache};
 pub use forward::{Compute, LogitsFor, Scratch, Sequence};
 pub use profile::{Part, Profile};
-pub use tuning::{Tuning, TUNE_ROWS};
+pub use tuning::{Tuning, STREAM_PREFETCH, TUNE_ROWS};
 pub use weights::{
     interleaved_to_half_split, rope_inv_freq, LayerWeights, Stacked, WeightDtype, Weights,
 };

@@ -87,6 +87,9 @@ pub struct BenchRow {
     /// Of that, MB in 2 MiB pages (inferno_core::memory; `INFERNO_HUGE_PAGES=0` turns them
     /// off); 0 where unknown.
     pub huge_pages_mb: f64,
+    /// Bytes ahead that one-token matmuls prefetched weights in 2 MiB pages (the load-time
+    /// tuner's choice for this machine and thread count; 0: the CPU's own prefetchers only).
+    pub stream_prefetch_bytes: usize,
 }
 
 /// The process's peak resident set (VmHWM) in bytes, where the OS reports it.
@@ -169,6 +172,14 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
              check: copying 512 MiB moves {copy_gb_s:.1} GB/s (read + write)"
         );
         let engine = engine.with_kernels(engine.kernels(), pool);
+        let stream_prefetch_bytes = inferno_core::kernels::stream_prefetch();
+        eprintln!(
+            "threads {t}: one-token matmuls prefetch weights in 2 MiB pages {} (timed at load)",
+            match stream_prefetch_bytes {
+                0 => "not at all".to_string(),
+                b => format!("{} KiB ahead", b / 1024),
+            }
+        );
         for (p, &prompt_tokens) in args.prompt_lengths.iter().enumerate() {
             let mut prefill = Vec::new();
             let mut decode = Vec::new();
@@ -205,6 +216,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 copy_gb_s,
                 peak_rss_mb,
                 huge_pages_mb,
+                stream_prefetch_bytes,
             };
             if args.json {
                 println!("{}", serde_json::to_string(&row)?);

@@ -1006,10 +1006,12 @@ unsafe fn nibble_dot<D: IntDot>(
 
 /// How far ahead of the tile being read the matmul prefetches (prefetches never fault): the
 /// next 4 KiB page, which the CPU's own stream prefetchers do not enter. Only for tiles in
-/// 4 KiB pages: in 2 MiB pages (core::memory) AMD's prefetchers stream on by themselves and the
+/// 4 KiB pages: in 2 MiB pages (core::memory) Zen 4's prefetchers stream on by themselves and the
 /// extra instructions cost (TinyLlama-shape one-thread decode on Zen 4, alternated: Q4_0
 /// 34.3-37.9 tok/s with them, 37.8-41.8 without; Q4_K_M 21.0-23.5 against 26.8-30.0), where in
-/// 4 KiB pages on a Zen 3 they took a Q4_K_M token from 70 to 54 ms.
+/// 4 KiB pages on a Zen 3 they took a Q4_K_M token from 70 to 54 ms. Over huge pages the distance
+/// is the machine's, timed at load ([`crate::kernels::stream_prefetch`]): a Zen 3 core gains
+/// from it there too.
 pub const PREFETCH_BYTES: usize = 4096;
 
 /// Whether a pass over the tiles before `end` prefetches: when what it fetches ahead reaches the
@@ -1028,11 +1030,12 @@ fn prefetches<W>(end: usize, small_from: usize, len: usize) -> bool {
 /// separate streams, which the CPU's own prefetchers follow badly (64 tokens by two 2048 x 5632
 /// Q4_0 matrices, 1 thread on Zen 4: 78-81 GB/s-times-tokens without, 86-88 with; 80-84 in the
 /// one-stream layout before spans). Otherwise tiles in small pages a page ahead
-/// ([`prefetches`]).
+/// ([`prefetches`]), and tiles in huge pages `stream` bytes ahead (the machine's
+/// [`crate::kernels::stream_prefetch`] for a few tokens, 0 for a batch).
 #[inline(always)]
 fn prefetch_bytes<W>(
     spans: &Spans,
-    batch_first: bool,
+    (batch_first, stream): (bool, usize),
     (g, groups): (usize, usize),
     span: (usize, usize),
     (small_from, len): (usize, usize),
@@ -1042,7 +1045,7 @@ fn prefetch_bytes<W>(
     } else if prefetches::<W>(spans.run(g + groups, span), small_from, len) {
         PREFETCH_BYTES
     } else {
-        0
+        stream
     }
 }
 
@@ -1067,7 +1070,8 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
         };
         for b in 0..nb {
             // `prefetch` bytes ahead ([`prefetch_bytes`]): a page for tiles in small pages, the
-            // next group's run for a batch's first pass over a matrix of several spans.
+            // machine's stream distance for a few tokens over huge pages, the next group's run
+            // for a batch's first pass over a matrix of several spans.
             if prefetch != 0 {
                 let ahead = tiles.add(b).cast::<u8>().wrapping_add(prefetch);
                 for line in (0..std::mem::size_of::<W>()).step_by(64) {
@@ -1350,6 +1354,12 @@ unsafe fn matmul_tiles<P: Pass<W>, W: Tile>(
     let small_from = tiles.small_pages_from();
     let spans = Spans::new::<W>(rows, nt);
     let batch = n_tokens > Spans::FEW_TOKENS;
+    // A batch's later passes re-read a group's tiles from cache: only a few tokens stream.
+    let stream = if batch {
+        0
+    } else {
+        crate::kernels::stream_prefetch()
+    };
     // SAFETY: check_matmul_q bounds every tile and n_tokens * nt * P::BLOCKS activation blocks;
     // features are enabled in the caller.
     unsafe {
@@ -1400,7 +1410,7 @@ unsafe fn matmul_tiles<P: Pass<W>, W: Tile>(
                                 let run = tiles.as_ptr().add(spans.run(g, span));
                                 let prefetch = prefetch_bytes::<W>(
                                     &spans,
-                                    batch && t0 == 0,
+                                    (batch && t0 == 0, stream),
                                     (g, groups),
                                     span,
                                     (small_from, tiles.len()),
@@ -2055,7 +2065,8 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
     unsafe {
         for b in 0..nbk {
             // `prefetch` bytes ahead ([`prefetch_bytes`]): a page for one pass per row group
-            // (decode) over tiles in small pages, the next group's run on a batch's first pass
+            // (decode) over tiles in small pages, the machine's stream distance over huge pages
+            // (0 where its own prefetchers suffice), the next group's run on a batch's first pass
             // over a matrix of several spans. A batch's later passes re-read the group's tiles
             // from cache, where fetching on every pass only costs.
             if prefetch != 0 {
