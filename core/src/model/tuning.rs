@@ -116,9 +116,9 @@ impl Tuning {
 
     /// How far ahead one-token matmuls prefetch weights in 2 MiB pages on this machine (one of
     /// [`STREAM_PREFETCH`], [`crate::kernels::stream_prefetch`]): each distance times a walk
-    /// over the layers' quantized matrices in a forward's order, [`STREAM_BYTES`] of them (past
+    /// over the layers' quantized matrices in a forward's order, 128 MiB of them (past
     /// the L3 cache, so the walk streams from memory as a decode does), the distances taking
-    /// turns for [`STREAM_ROUNDS`] rounds so a drift in the machine's bandwidth hits all alike.
+    /// turns for three rounds so a drift in the machine's bandwidth hits all alike.
     /// The fastest median wins only if it beats no prefetch by 3%; a model under 32 MiB, whose
     /// weights stay in cache, keeps 0. `kernels` are those that run one-token forwards. The
     /// process's setting is left as it was: the caller sets the one returned. About 15 walks,
