@@ -86,9 +86,7 @@ impl Tuning {
             .chain(&layer.w_gate_up.matrices)
             .chain([&layer.wo, &layer.w_down])
             .max_by_key(|m| m.rows * m.cols)?;
-        let x: Vec<f32> = (0..w.cols)
-            .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
-            .collect();
+        let x = probe_input(w.cols);
         let mut out = vec![0.0f32; w.rows];
         let tuning = Tuning::default();
         let mut act = Activations::default();
@@ -162,9 +160,7 @@ impl Tuning {
         let mut inputs: Vec<(usize, Activations)> = Vec::new();
         for w in &walk {
             if !inputs.iter().any(|(cols, _)| *cols == w.cols) {
-                let x: Vec<f32> = (0..w.cols)
-                    .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
-                    .collect();
+                let x = probe_input(w.cols);
                 let mut act = Activations::default();
                 act.set(compute, &x, w.cols, w.cols, [*w]);
                 inputs.push((w.cols, act));
@@ -248,9 +244,7 @@ impl Tuning {
             }
             let mut best = tuning.default_rows;
             for (slot, n_tokens) in [(0, 1), (1, TUNE_BATCH)] {
-                let x: Vec<f32> = (0..n_tokens * w.cols)
-                    .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
-                    .collect();
+                let x = probe_input(n_tokens * w.cols);
                 let compute = Compute {
                     kernels,
                     parallel,
@@ -289,4 +283,12 @@ impl Tuning {
         }
         tuning
     }
+}
+
+/// `len` activations for timing runs: deterministic, spread over [-2, 2) so every quantized
+/// block gets a non-trivial scale (the values never reach a result anyone reads).
+fn probe_input(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
+        .collect()
 }
