@@ -513,6 +513,10 @@ pub unsafe fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
 /// (query, head) pairs per pass of [`attention`]: their running maxima and sums sit on the stack.
 pub const PAIRS_PER_PASS: usize = 512;
 
+/// Query heads whose block steps [`attention`] takes together (a grouped-query KV head has up to 8
+/// in most models); their probabilities wait on the stack, 2 KiB.
+const HEAD_GROUP: usize = 8;
+
 /// Rule 6 for head_dim = 8 * N, for queries that are consecutive tokens (query i sees
 /// `n_pos + i` positions) and the query heads of one KV head. Per 64-position block the K and V
 /// rows are converted to f32 once, into buffers that stay in L1, and every (query, head) pair
@@ -554,7 +558,9 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
         let mut kbuf = [[MaybeUninit::<__m256>::uninit(); N]; ATTENTION_BLOCK];
         let mut vbuf = kbuf;
         let mut scores = [0.0f32; ATTENTION_BLOCK];
-        let mut p = [0.0f32; ATTENTION_BLOCK];
+        // A head group's probabilities and rescale factors, between its K and V steps.
+        let mut p = [[0.0f32; ATTENTION_BLOCK]; HEAD_GROUP];
+        let mut rescale = [0.0f32; HEAD_GROUP];
         let per_pass = (PAIRS_PER_PASS / heads).max(1);
         for (pass, (q, out)) in q.chunks(per_pass).zip(out.chunks_mut(per_pass)).enumerate() {
             let first = n_pos + pass * per_pass; // positions the pass's first query sees
@@ -588,67 +594,83 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
                         continue;
                     }
                     let len = end_i - start;
-                    for h in 0..heads {
-                        let pair = i * heads + h;
-                        let mut qv = [_mm256_setzero_ps(); N];
-                        for (j, qj) in qv.iter_mut().enumerate() {
-                            *qj = _mm256_loadu_ps(qi.as_ptr().add(h * hd + 8 * j));
-                        }
-                        // Eight positions' scores at a time, their folds together (`fold8`);
-                        // a lane's first product starts its sum (rule 6's exception to rule 2).
-                        let groups = len.div_ceil(8);
-                        for g in 0..groups {
-                            let mut s8 = [_mm256_setzero_ps(); 8];
-                            for (p, sp) in s8.iter_mut().enumerate() {
-                                let kt = &kbuf[8 * g + p];
-                                let mut acc = [_mm256_setzero_ps(); 4];
-                                for j in 0..N {
-                                    let product = _mm256_mul_ps(qv[j], kt[j].assume_init());
-                                    acc[j % 4] = if j < 4 {
-                                        product
-                                    } else {
-                                        _mm256_add_ps(acc[j % 4], product)
-                                    };
+                    // Up to HEAD_GROUP heads at a time: first their scores from the K buffer,
+                    // then their value steps from the V buffer, so each buffer is read from L1
+                    // by every head in turn (one head's K then V step at a time took both
+                    // buffers, 32 KiB at head_dim 64, through L1 for every head).
+                    for h0 in (0..heads).step_by(HEAD_GROUP) {
+                        let group = h0..heads.min(h0 + HEAD_GROUP);
+                        for h in group.clone() {
+                            let pair = i * heads + h;
+                            let mut qv = [_mm256_setzero_ps(); N];
+                            for (j, qj) in qv.iter_mut().enumerate() {
+                                *qj = _mm256_loadu_ps(qi.as_ptr().add(h * hd + 8 * j));
+                            }
+                            // Eight positions' scores at a time, their folds together
+                            // (`fold8`); a lane's first product starts its sum (rule 6's
+                            // exception to rule 2).
+                            let groups = len.div_ceil(8);
+                            for g in 0..groups {
+                                let mut s8 = [_mm256_setzero_ps(); 8];
+                                for (p, sp) in s8.iter_mut().enumerate() {
+                                    let kt = &kbuf[8 * g + p];
+                                    let mut acc = [_mm256_setzero_ps(); 4];
+                                    for j in 0..N {
+                                        let product = _mm256_mul_ps(qv[j], kt[j].assume_init());
+                                        acc[j % 4] = if j < 4 {
+                                            product
+                                        } else {
+                                            _mm256_add_ps(acc[j % 4], product)
+                                        };
+                                    }
+                                    *sp = _mm256_add_ps(
+                                        _mm256_add_ps(acc[0], acc[1]),
+                                        _mm256_add_ps(acc[2], acc[3]),
+                                    );
                                 }
-                                *sp = _mm256_add_ps(
-                                    _mm256_add_ps(acc[0], acc[1]),
-                                    _mm256_add_ps(acc[2], acc[3]),
+                                let r = _mm256_mul_ps(fold8(s8), _mm256_set1_ps(scale));
+                                _mm256_storeu_ps(scores.as_mut_ptr().add(8 * g), r);
+                            }
+                            let block_max = block_max8(&scores, len);
+                            let m_new = if block_max > m[pair] {
+                                block_max
+                            } else {
+                                m[pair]
+                            };
+                            let c = math::exp(m[pair] - m_new);
+                            l[pair] *= c;
+                            rescale[h - h0] = c;
+                            let mv = _mm256_set1_ps(m_new);
+                            let ph = &mut p[h - h0];
+                            for j in (0..len).step_by(8) {
+                                let s = _mm256_loadu_ps(scores.as_ptr().add(j));
+                                _mm256_storeu_ps(
+                                    ph.as_mut_ptr().add(j),
+                                    exp8(_mm256_sub_ps(s, mv)),
                                 );
                             }
-                            let r = _mm256_mul_ps(fold8(s8), _mm256_set1_ps(scale));
-                            _mm256_storeu_ps(scores.as_mut_ptr().add(8 * g), r);
+                            m[pair] = m_new;
                         }
-                        let block_max = block_max8(&scores, len);
-                        let m_new = if block_max > m[pair] {
-                            block_max
-                        } else {
-                            m[pair]
-                        };
-                        let c = math::exp(m[pair] - m_new);
-                        l[pair] *= c;
-                        let o_h = oi.as_mut_ptr().add(h * hd);
-                        let cv = _mm256_set1_ps(c);
-                        let mut o = [_mm256_setzero_ps(); N];
-                        for (j, oj) in o.iter_mut().enumerate() {
-                            *oj = _mm256_mul_ps(_mm256_loadu_ps(o_h.add(8 * j)), cv);
-                        }
-                        let mv = _mm256_set1_ps(m_new);
-                        for j in (0..len).step_by(8) {
-                            let s = _mm256_loadu_ps(scores.as_ptr().add(j));
-                            _mm256_storeu_ps(p.as_mut_ptr().add(j), exp8(_mm256_sub_ps(s, mv)));
-                        }
-                        for (t, &pt) in p.iter().enumerate().take(len) {
-                            l[pair] += pt;
-                            let pv = _mm256_set1_ps(pt);
+                        for h in group {
+                            let pair = i * heads + h;
+                            let o_h = oi.as_mut_ptr().add(h * hd);
+                            let cv = _mm256_set1_ps(rescale[h - h0]);
+                            let mut o = [_mm256_setzero_ps(); N];
                             for (j, oj) in o.iter_mut().enumerate() {
-                                let vt = vbuf[t][j].assume_init();
-                                *oj = _mm256_add_ps(*oj, _mm256_mul_ps(pv, vt));
+                                *oj = _mm256_mul_ps(_mm256_loadu_ps(o_h.add(8 * j)), cv);
+                            }
+                            for (t, &pt) in p[h - h0].iter().enumerate().take(len) {
+                                l[pair] += pt;
+                                let pv = _mm256_set1_ps(pt);
+                                for (j, oj) in o.iter_mut().enumerate() {
+                                    let vt = vbuf[t][j].assume_init();
+                                    *oj = _mm256_add_ps(*oj, _mm256_mul_ps(pv, vt));
+                                }
+                            }
+                            for (j, oj) in o.iter().enumerate() {
+                                _mm256_storeu_ps(o_h.add(8 * j), *oj);
                             }
                         }
-                        for (j, oj) in o.iter().enumerate() {
-                            _mm256_storeu_ps(o_h.add(8 * j), *oj);
-                        }
-                        m[pair] = m_new;
                     }
                 }
                 start = end;
