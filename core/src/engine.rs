@@ -49,7 +49,7 @@ fn tune_with(
             let decode = decode_kernels.unwrap_or(kernels);
             let distance = Tuning::pick_stream_prefetch(weights, decode, parallel);
             crate::kernels::set_stream_prefetch(distance);
-            return tuning;
+            return tuning.with_stream_rows(weights, decode, parallel);
         }
     }
     let _ = (weights, kernels, parallel);

@@ -46,9 +46,12 @@ pub const STREAM_PREFETCH: [usize; 4] = [0, 4096, 8192, 16384];
 /// Weight bytes per timed walk of [`Tuning::pick_stream_prefetch`]: four times a 32 MiB L3.
 #[cfg(not(target_arch = "wasm32"))]
 const STREAM_BYTES: usize = 128 << 20;
-/// Walks per distance.
+/// Walks per candidate: five, as a 5-10 ms walk on a shared machine meets bursts of other load.
 #[cfg(not(target_arch = "wasm32"))]
-const STREAM_ROUNDS: usize = 3;
+const STREAM_ROUNDS: usize = 5;
+/// Rows per one-token work item [`Tuning::with_stream_rows`] tries against the per-shape ones.
+#[cfg(not(target_arch = "wasm32"))]
+const STREAM_ROWS: [usize; 4] = [64, 128, 256, 512];
 
 impl Tuning {
     /// One configuration for every shape (e.g. to check that any configuration gives the same bits).
@@ -116,11 +119,11 @@ impl Tuning {
     /// [`STREAM_PREFETCH`], [`crate::kernels::stream_prefetch`]): each distance times a walk
     /// over the layers' quantized matrices in a forward's order, 128 MiB of them (past
     /// the L3 cache, so the walk streams from memory as a decode does), the distances taking
-    /// turns for three rounds so a drift in the machine's bandwidth hits all alike.
+    /// turns for five rounds so a drift in the machine's bandwidth hits all alike.
     /// The fastest median wins only if it beats no prefetch by 3%; a model under 32 MiB, whose
     /// weights stay in cache, keeps 0. `kernels` are those that run one-token forwards. The
-    /// process's setting is left as it was: the caller sets the one returned. About 15 walks,
-    /// 40-100 ms on 2 vCPUs at 20-35 GB/s.
+    /// process's setting is left as it was: the caller sets the one returned. About 20 walks,
+    /// 80-200 ms on 2 vCPUs at 15-35 GB/s.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn pick_stream_prefetch(
         weights: &Weights,
@@ -128,81 +131,67 @@ impl Tuning {
         parallel: &dyn Parallel,
     ) -> usize {
         use crate::kernels::{set_stream_prefetch, stream_prefetch};
-        use std::time::Instant;
         if !cfg!(target_arch = "x86_64") || kernels.name == "reference" {
             return 0;
         }
-        let mut walk: Vec<&Matrix> = Vec::new();
-        let mut bytes = 0;
-        'layers: for l in &weights.layers {
-            let matrices = l.wqkv.matrices.iter().chain([&l.wo]);
-            for w in matrices.chain(&l.w_gate_up.matrices).chain([&l.w_down]) {
-                if w.wants_q8() {
-                    walk.push(w);
-                    bytes += w.byte_size();
-                }
-                if bytes >= STREAM_BYTES {
-                    break 'layers;
-                }
-            }
-        }
-        if bytes < 32 << 20 {
+        let Some(mut walk) = StreamWalk::new(weights, kernels, parallel) else {
             return 0;
-        }
-        let tuning = Tuning::default();
-        let compute = Compute {
-            kernels,
-            parallel,
-            tuning: &tuning,
-            profile: None,
-        };
-        // One activation row per width the walk reads.
-        let mut inputs: Vec<(usize, Activations)> = Vec::new();
-        for w in &walk {
-            if !inputs.iter().any(|(cols, _)| *cols == w.cols) {
-                let x = probe_input(w.cols);
-                let mut act = Activations::default();
-                act.set(compute, &x, w.cols, w.cols, [*w]);
-                inputs.push((w.cols, act));
-            }
-        }
-        let mut out = vec![0.0f32; walk.iter().map(|w| w.rows).max().unwrap_or(0)];
-        let mut pass = || {
-            let t0 = Instant::now();
-            for w in &walk {
-                let act = &inputs.iter().find(|(cols, _)| *cols == w.cols).unwrap().1;
-                matmul(compute, w, act, &mut out[..w.rows], w.rows, 0);
-            }
-            t0.elapsed().as_secs_f64()
         };
         let before = stream_prefetch();
-        set_stream_prefetch(0);
-        pass(); // warm-up: page tables, the pool's threads awake
-        let mut times = [[0.0f64; STREAM_ROUNDS]; STREAM_PREFETCH.len()];
-        for round in 0..STREAM_ROUNDS {
-            for (c, &distance) in STREAM_PREFETCH.iter().enumerate() {
-                set_stream_prefetch(distance);
-                times[c][round] = pass();
-            }
-        }
+        let tuning = Tuning::default();
+        let best = walk.fastest(STREAM_PREFETCH.len(), |c| {
+            set_stream_prefetch(STREAM_PREFETCH[c]);
+            &tuning
+        });
         set_stream_prefetch(before);
-        let medians: Vec<f64> = times
-            .iter_mut()
-            .map(|t| {
-                t.sort_by(f64::total_cmp);
-                t[STREAM_ROUNDS / 2]
-            })
-            .collect();
-        let (best, fastest) = medians
-            .iter()
-            .enumerate()
-            .min_by(|a, b| a.1.total_cmp(b.1))
-            .map_or((0, 0.0), |(c, &t)| (c, t));
-        if fastest < 0.97 * medians[0] {
-            STREAM_PREFETCH[best]
-        } else {
-            0
+        STREAM_PREFETCH[best]
+    }
+
+    /// This tuning with the rows per one-token work item that stream fastest from memory on
+    /// several threads: this tuning's own (timed per matrix, which a decode reads from DRAM
+    /// but the per-shape timing from L3) against 64, 128, 256 or 512 rows for every shape, timed
+    /// as [`Tuning::pick_stream_prefetch`] does (the same walk, five alternated rounds, 3% to
+    /// win) with the process's prefetch distance. Longer items are longer runs of one thread
+    /// through a matrix, which the CPU's prefetchers and ours follow further: TinyLlama-shape
+    /// Q4_K_M decode after 50 tokens, 2 threads of an AMD EPYC Zen 3, avx2, per-shape rows
+    /// 34.1-39.6 tok/s against 35.9-43.4 at 256 rows (six alternated rounds, 256 ahead in
+    /// five). One thread reads each matrix in one item, so it keeps this tuning.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn with_stream_rows(
+        self,
+        weights: &Weights,
+        kernels: &'static Kernels,
+        parallel: &dyn Parallel,
+    ) -> Tuning {
+        if parallel.threads() < 2 || kernels.name == "reference" {
+            return self;
         }
+        let Some(mut walk) = StreamWalk::new(weights, kernels, parallel) else {
+            return self;
+        };
+        let mut candidates = vec![self.clone()];
+        candidates.extend(STREAM_ROWS.iter().map(|&rows| self.with_decode_rows(rows)));
+        let best = walk.fastest(candidates.len(), |c| &candidates[c]);
+        candidates.swap_remove(best)
+    }
+
+    /// The rows per one-token work item, if every shape has the same ([`Tuning::with_decode_rows`]).
+    pub fn uniform_decode_rows(&self) -> Option<usize> {
+        let rows = self.default_rows[0];
+        self.matmul_rows
+            .iter()
+            .all(|(_, r)| r[0] == rows)
+            .then_some(rows)
+    }
+
+    /// This tuning with `rows` per one-token work item for every shape.
+    pub fn with_decode_rows(&self, rows: usize) -> Tuning {
+        let mut tuning = self.clone();
+        tuning.default_rows[0] = rows.max(1);
+        for (_, r) in &mut tuning.matmul_rows {
+            r[0] = rows.max(1);
+        }
+        tuning
     }
 
     /// Rows per work item for `w` with `n_tokens` tokens.
@@ -285,8 +274,124 @@ impl Tuning {
     }
 }
 
+/// One-token matmuls over the layers' quantized matrices in a forward's order, 128 MiB of them
+/// ([`STREAM_BYTES`], four times a 32 MiB L3: the walk streams from memory as a decode does),
+/// each with an activation row of its width.
+#[cfg(not(target_arch = "wasm32"))]
+struct StreamWalk<'a> {
+    walk: Vec<&'a Matrix>,
+    inputs: Vec<(usize, Activations)>,
+    out: Vec<f32>,
+    kernels: &'static Kernels,
+    parallel: &'a dyn Parallel,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl<'a> StreamWalk<'a> {
+    /// None for a model under 32 MiB of such matrices, whose weights stay in cache.
+    fn new(
+        weights: &'a Weights,
+        kernels: &'static Kernels,
+        parallel: &'a dyn Parallel,
+    ) -> Option<StreamWalk<'a>> {
+        let mut walk: Vec<&Matrix> = Vec::new();
+        let mut bytes = 0;
+        'layers: for l in &weights.layers {
+            let matrices = l.wqkv.matrices.iter().chain([&l.wo]);
+            for w in matrices.chain(&l.w_gate_up.matrices).chain([&l.w_down]) {
+                if w.wants_q8() {
+                    walk.push(w);
+                    bytes += w.byte_size();
+                }
+                if bytes >= STREAM_BYTES {
+                    break 'layers;
+                }
+            }
+        }
+        if bytes < 32 << 20 {
+            return None;
+        }
+        let tuning = Tuning::default();
+        let compute = Compute {
+            kernels,
+            parallel,
+            tuning: &tuning,
+            profile: None,
+        };
+        let mut inputs: Vec<(usize, Activations)> = Vec::new();
+        for w in &walk {
+            if !inputs.iter().any(|(cols, _)| *cols == w.cols) {
+                let mut act = Activations::default();
+                act.set(compute, &probe_input(w.cols), w.cols, w.cols, [*w]);
+                inputs.push((w.cols, act));
+            }
+        }
+        let out = vec![0.0f32; walk.iter().map(|w| w.rows).max().unwrap_or(0)];
+        Some(StreamWalk {
+            walk,
+            inputs,
+            out,
+            kernels,
+            parallel,
+        })
+    }
+
+    /// Seconds for one walk with `tuning`.
+    fn time(&mut self, tuning: &Tuning) -> f64 {
+        let compute = Compute {
+            kernels: self.kernels,
+            parallel: self.parallel,
+            tuning,
+            profile: None,
+        };
+        let t0 = std::time::Instant::now();
+        for w in &self.walk {
+            let act = &self
+                .inputs
+                .iter()
+                .find(|(cols, _)| *cols == w.cols)
+                .unwrap()
+                .1;
+            matmul(compute, w, act, &mut self.out[..w.rows], w.rows, 0);
+        }
+        t0.elapsed().as_secs_f64()
+    }
+
+    /// Which of `n` candidates walks fastest: `set(c)` readies candidate c and returns the
+    /// tuning to walk with. After a warm-up walk (page tables, the pool's threads awake) the
+    /// candidates take turns for [`STREAM_ROUNDS`] rounds, so a drift in the machine's bandwidth
+    /// hits all alike; the fastest median wins if it beats candidate 0's by 3%, else 0 does.
+    fn fastest<'t>(&mut self, n: usize, mut set: impl FnMut(usize) -> &'t Tuning) -> usize {
+        self.time(set(0));
+        let mut times = vec![[0.0f64; STREAM_ROUNDS]; n];
+        for round in 0..STREAM_ROUNDS {
+            for (c, t) in times.iter_mut().enumerate() {
+                t[round] = self.time(set(c));
+            }
+        }
+        let medians: Vec<f64> = times
+            .iter_mut()
+            .map(|t| {
+                t.sort_by(f64::total_cmp);
+                t[STREAM_ROUNDS / 2]
+            })
+            .collect();
+        let (best, fastest) = medians
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map_or((0, 0.0), |(c, &t)| (c, t));
+        if fastest < 0.97 * medians[0] {
+            best
+        } else {
+            0
+        }
+    }
+}
+
 /// `len` activations for timing runs: deterministic, spread over [-2, 2) so every quantized
 /// block gets a non-trivial scale (the values never reach a result anyone reads).
+#[cfg(not(target_arch = "wasm32"))]
 fn probe_input(len: usize) -> Vec<f32> {
     (0..len)
         .map(|i| ((i * 7919 % 255) as f32 - 127.0) / 64.0)
