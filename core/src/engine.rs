@@ -47,9 +47,9 @@ fn tune_with(
                 ..Tuning::autotune(weights, kernels, parallel, budget)
             };
             let decode = decode_kernels.unwrap_or(kernels);
-            let distance = Tuning::pick_stream_prefetch(weights, decode, parallel);
+            let (tuning, distance) = tuning.timed_streaming(weights, decode, parallel);
             crate::kernels::set_stream_prefetch(distance);
-            return tuning.with_stream_rows(weights, decode, parallel);
+            return tuning;
         }
     }
     let _ = (weights, kernels, parallel);

@@ -46,7 +46,7 @@ use crate::memory::{Arena, Buf};
 /// of a model or a backend: AMD Zen 4's own prefetchers stream huge pages well and the extra
 /// instructions only cost there, while a Zen 3 core's do not run far enough ahead (TinyLlama-shape
 /// Q4_K_M decode on 1 thread, four alternated runs each: 18.7-20.7 tok/s without, 22.8-24.3 at
-/// 8 KiB). The load-time tuner times it (`Tuning::pick_stream_prefetch`) and sets it for the
+/// 8 KiB). The load-time tuner times it (`Tuning::timed_streaming`) and sets it for the
 /// process. It never changes a result.
 static STREAM_PREFETCH: AtomicUsize = AtomicUsize::new(0);
 

@@ -43,13 +43,13 @@ const TUNE_BATCH: usize = 16;
 /// Prefetch distances (bytes) the tuner tries for one-token matmuls over huge pages, no
 /// prefetch first.
 pub const STREAM_PREFETCH: [usize; 4] = [0, 4096, 8192, 16384];
-/// Weight bytes per timed walk of [`Tuning::pick_stream_prefetch`]: four times a 32 MiB L3.
+/// Weight bytes per timed walk of [`Tuning::timed_streaming`]: four times a 32 MiB L3.
 #[cfg(not(target_arch = "wasm32"))]
 const STREAM_BYTES: usize = 128 << 20;
 /// Walks per candidate: five, as a 5-10 ms walk on a shared machine meets bursts of other load.
 #[cfg(not(target_arch = "wasm32"))]
 const STREAM_ROUNDS: usize = 5;
-/// Rows per one-token work item [`Tuning::with_stream_rows`] tries against the per-shape ones.
+/// Rows per one-token work item [`Tuning::timed_streaming`] tries against the per-shape ones.
 #[cfg(not(target_arch = "wasm32"))]
 const STREAM_ROWS: [usize; 4] = [64, 128, 256, 512];
 
@@ -115,64 +115,64 @@ impl Tuning {
         best.map(|(_, k)| k).filter(|k| k.name != kernels.name)
     }
 
-    /// How far ahead one-token matmuls prefetch weights in 2 MiB pages on this machine (one of
-    /// [`STREAM_PREFETCH`], [`crate::kernels::stream_prefetch`]): each distance times a walk
-    /// over the layers' quantized matrices in a forward's order, 128 MiB of them (past
-    /// the L3 cache, so the walk streams from memory as a decode does), the distances taking
-    /// turns for five rounds so a drift in the machine's bandwidth hits all alike.
-    /// The fastest median wins only if it beats no prefetch by 3%; a model under 32 MiB, whose
-    /// weights stay in cache, keeps 0. `kernels` are those that run one-token forwards. The
-    /// process's setting is left as it was: the caller sets the one returned. About 20 walks,
-    /// 80-200 ms on 2 vCPUs at 15-35 GB/s.
+    /// This tuning timed streaming from memory, and the prefetch distance for it: one walk
+    /// over the layers' quantized matrices in a forward's order, 128 MiB of them (past the L3
+    /// cache, so the walk streams from memory as a decode does), built once and timed for both
+    /// choices, each by candidates taking turns for five rounds so a drift in the machine's
+    /// bandwidth hits all alike; a candidate's median must beat the first's by 3% to win.
+    /// `kernels` are those that run one-token forwards. A model under 32 MiB of such matrices,
+    /// whose weights stay in cache, keeps this tuning and 0.
+    ///
+    /// - **Prefetch distance** (one of [`STREAM_PREFETCH`], [`crate::kernels::stream_prefetch`]):
+    ///   how far ahead one-token matmuls prefetch weights in 2 MiB pages, no prefetch first.
+    ///   The process's setting is left as it was: the caller sets the one returned.
+    /// - **Rows per one-token work item** on several threads: this tuning's own (timed per
+    ///   matrix, which a decode reads from DRAM but the per-shape timing from L3) first, then 64,
+    ///   128, 256 or 512 rows for every shape, walked with the distance just picked. Longer
+    ///   items are longer runs of one thread through a matrix, which the CPU's prefetchers and
+    ///   ours follow further: TinyLlama-shape Q4_K_M decode after 50 tokens, 2 threads of an AMD
+    ///   EPYC Zen 3, avx2, per-shape rows 34.1-39.6 tok/s against 35.9-43.4 at 256 rows (six
+    ///   alternated rounds, 256 ahead in five). One thread reads each matrix in one item, so it
+    ///   keeps this tuning.
+    ///
+    /// About 40 walks, 0.2-0.4 s on 2 vCPUs at 15-35 GB/s.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn pick_stream_prefetch(
-        weights: &Weights,
-        kernels: &'static Kernels,
-        parallel: &dyn Parallel,
-    ) -> usize {
-        use crate::kernels::{set_stream_prefetch, stream_prefetch};
-        if !cfg!(target_arch = "x86_64") || kernels.name == "reference" {
-            return 0;
-        }
-        let Some(mut walk) = StreamWalk::new(weights, kernels, parallel) else {
-            return 0;
-        };
-        let before = stream_prefetch();
-        let tuning = Tuning::default();
-        let best = walk.fastest(STREAM_PREFETCH.len(), |c| {
-            set_stream_prefetch(STREAM_PREFETCH[c]);
-            &tuning
-        });
-        set_stream_prefetch(before);
-        STREAM_PREFETCH[best]
-    }
-
-    /// This tuning with the rows per one-token work item that stream fastest from memory on
-    /// several threads: this tuning's own (timed per matrix, which a decode reads from DRAM
-    /// but the per-shape timing from L3) against 64, 128, 256 or 512 rows for every shape, timed
-    /// as [`Tuning::pick_stream_prefetch`] does (the same walk, five alternated rounds, 3% to
-    /// win) with the process's prefetch distance. Longer items are longer runs of one thread
-    /// through a matrix, which the CPU's prefetchers and ours follow further: TinyLlama-shape
-    /// Q4_K_M decode after 50 tokens, 2 threads of an AMD EPYC Zen 3, avx2, per-shape rows
-    /// 34.1-39.6 tok/s against 35.9-43.4 at 256 rows (six alternated rounds, 256 ahead in
-    /// five). One thread reads each matrix in one item, so it keeps this tuning.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn with_stream_rows(
+    pub fn timed_streaming(
         self,
         weights: &Weights,
         kernels: &'static Kernels,
         parallel: &dyn Parallel,
-    ) -> Tuning {
-        if parallel.threads() < 2 || kernels.name == "reference" {
-            return self;
+    ) -> (Tuning, usize) {
+        use crate::kernels::{set_stream_prefetch, stream_prefetch};
+        if kernels.name == "reference" {
+            return (self, 0);
         }
         let Some(mut walk) = StreamWalk::new(weights, kernels, parallel) else {
-            return self;
+            return (self, 0);
         };
-        let mut candidates = vec![self.clone()];
-        candidates.extend(STREAM_ROWS.iter().map(|&rows| self.with_decode_rows(rows)));
-        let best = walk.fastest(candidates.len(), |c| &candidates[c]);
-        candidates.swap_remove(best)
+        let before = stream_prefetch();
+        let mut distance = 0;
+        if cfg!(target_arch = "x86_64") {
+            let best = walk.fastest(STREAM_PREFETCH.len(), |c| {
+                set_stream_prefetch(STREAM_PREFETCH[c]);
+                &self
+            });
+            distance = STREAM_PREFETCH[best];
+        }
+        let mut tuning = self;
+        if parallel.threads() >= 2 {
+            set_stream_prefetch(distance);
+            let mut candidates = vec![tuning.clone()];
+            candidates.extend(
+                STREAM_ROWS
+                    .iter()
+                    .map(|&rows| tuning.with_decode_rows(rows)),
+            );
+            let best = walk.fastest(candidates.len(), |c| &candidates[c]);
+            tuning = candidates.swap_remove(best);
+        }
+        set_stream_prefetch(before);
+        (tuning, distance)
     }
 
     /// The rows per one-token work item, if every shape has the same ([`Tuning::with_decode_rows`]).

@@ -90,8 +90,9 @@ pub struct BenchRow {
     /// Bytes ahead that one-token matmuls prefetched weights in 2 MiB pages (the load-time
     /// tuner's choice for this machine and thread count; 0: the CPU's own prefetchers only).
     pub stream_prefetch_bytes: usize,
-    /// Rows per one-token matmul work item for every shape when the load-time tuner chose one
-    /// size for all (streaming from memory on several threads); 0: sizes timed per shape.
+    /// Rows per one-token matmul work item when every shape has the same (the load-time tuner
+    /// times sizes streaming from memory on several threads); 0 where not: sized per matrix
+    /// shape, or on 1 thread, where each one-token matmul reads its matrix whole in one item.
     pub decode_rows_per_item: usize,
 }
 
@@ -176,16 +177,20 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         );
         let engine = engine.with_kernels(engine.kernels(), pool);
         let stream_prefetch_bytes = inferno_core::kernels::stream_prefetch();
-        let decode_rows_per_item = engine.tuning().uniform_decode_rows().unwrap_or(0);
+        let decode_rows_per_item = match t {
+            1 => 0,
+            _ => engine.tuning().uniform_decode_rows().unwrap_or(0),
+        };
         eprintln!(
             "threads {t}: one-token matmuls prefetch weights in 2 MiB pages {}, in work items {} (timed at load)",
             match stream_prefetch_bytes {
                 0 => "not at all".to_string(),
                 b => format!("{} KiB ahead", b / 1024),
             },
-            match decode_rows_per_item {
-                0 => "sized per matrix shape".to_string(),
-                r => format!("of {r} rows"),
+            match (t, decode_rows_per_item) {
+                (1, _) => "of whole matrices".to_string(),
+                (_, 0) => "sized per matrix shape".to_string(),
+                (_, r) => format!("of {r} rows"),
             }
         );
         for (p, &prompt_tokens) in args.prompt_lengths.iter().enumerate() {
