@@ -633,11 +633,9 @@ pub(super) fn matmul(
     debug_assert_eq!(x.cols, w.cols);
     let input = x.input(w);
     let n_tokens = out.len() / stride;
-    let rows = if compute.parallel.threads() == 1 && n_tokens <= MAX_TOKENS_PER_CALL {
-        w.rows
-    } else {
-        compute.tuning.rows_per_item(w, n_tokens)
-    };
+    let rows = compute
+        .tuning
+        .rows_per_item(w, n_tokens, compute.parallel.threads());
     for_each_tile(
         compute.parallel,
         out,

@@ -7,6 +7,7 @@
 use super::forward::{matmul, Activations, Compute};
 #[cfg(not(target_arch = "wasm32"))]
 use super::Weights;
+use crate::kernels::tiles::MAX_TOKENS_PER_CALL;
 use crate::kernels::{Kernels, Matrix};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::parallel::Parallel;
@@ -144,7 +145,8 @@ impl Tuning {
         parallel: &dyn Parallel,
     ) -> (Tuning, usize) {
         use crate::kernels::{set_stream_prefetch, stream_prefetch};
-        if kernels.name == "reference" {
+        let rows_apply = !Tuning::whole_matrices(parallel.threads(), 1);
+        if kernels.name == "reference" || !(cfg!(target_arch = "x86_64") || rows_apply) {
             return (self, 0);
         }
         let Some(mut walk) = StreamWalk::new(weights, kernels, parallel) else {
@@ -160,7 +162,7 @@ impl Tuning {
             distance = STREAM_PREFETCH[best];
         }
         let mut tuning = self;
-        if parallel.threads() >= 2 {
+        if rows_apply {
             set_stream_prefetch(distance);
             let mut candidates = vec![tuning.clone()];
             candidates.extend(
@@ -175,13 +177,12 @@ impl Tuning {
         (tuning, distance)
     }
 
-    /// The rows per one-token work item, if every shape has the same ([`Tuning::with_decode_rows`]).
-    pub fn uniform_decode_rows(&self) -> Option<usize> {
+    /// The rows per one-token work item on `threads` threads, if every shape has the same;
+    /// None where they differ, or where each matrix is one item ([`Tuning::whole_matrices`]).
+    pub fn uniform_decode_rows(&self, threads: usize) -> Option<usize> {
         let rows = self.default_rows[0];
-        self.matmul_rows
-            .iter()
-            .all(|(_, r)| r[0] == rows)
-            .then_some(rows)
+        let uniform = self.matmul_rows.iter().all(|(_, r)| r[0] == rows);
+        (uniform && !Tuning::whole_matrices(threads, 1)).then_some(rows)
     }
 
     /// This tuning with `rows` per one-token work item for every shape.
@@ -194,8 +195,17 @@ impl Tuning {
         tuning
     }
 
-    /// Rows per work item for `w` with `n_tokens` tokens.
-    pub fn rows_per_item(&self, w: &Matrix, n_tokens: usize) -> usize {
+    /// Whether a matmul of `n_tokens` tokens on `threads` threads takes each matrix whole as
+    /// one work item: one thread, and tokens that fit one kernel call (no split to share out).
+    pub fn whole_matrices(threads: usize, n_tokens: usize) -> bool {
+        threads == 1 && n_tokens <= MAX_TOKENS_PER_CALL
+    }
+
+    /// Rows per work item for `w` with `n_tokens` tokens on `threads` threads.
+    pub fn rows_per_item(&self, w: &Matrix, n_tokens: usize, threads: usize) -> usize {
+        if Tuning::whole_matrices(threads, n_tokens) {
+            return w.rows;
+        }
         let slot = usize::from(n_tokens > 1);
         let key = (w.ty(), w.rows, w.cols);
         self.matmul_rows

@@ -177,20 +177,18 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         );
         let engine = engine.with_kernels(engine.kernels(), pool);
         let stream_prefetch_bytes = inferno_core::kernels::stream_prefetch();
-        let decode_rows_per_item = match t {
-            1 => 0,
-            _ => engine.tuning().uniform_decode_rows().unwrap_or(0),
-        };
+        let whole = inferno_core::model::Tuning::whole_matrices(t, 1);
+        let decode_rows_per_item = engine.tuning().uniform_decode_rows(t).unwrap_or(0);
         eprintln!(
             "threads {t}: one-token matmuls prefetch weights in 2 MiB pages {}, in work items {} (timed at load)",
             match stream_prefetch_bytes {
                 0 => "not at all".to_string(),
                 b => format!("{} KiB ahead", b / 1024),
             },
-            match (t, decode_rows_per_item) {
-                (1, _) => "of whole matrices".to_string(),
-                (_, 0) => "sized per matrix shape".to_string(),
-                (_, r) => format!("of {r} rows"),
+            match (whole, decode_rows_per_item) {
+                (true, _) => "of whole matrices".to_string(),
+                (false, 0) => "sized per matrix shape".to_string(),
+                (false, r) => format!("of {r} rows"),
             }
         );
         for (p, &prompt_tokens) in args.prompt_lengths.iter().enumerate() {
