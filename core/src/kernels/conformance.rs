@@ -685,15 +685,28 @@ fn attention(all: &mut Vec<Case>) {
                 }
             }
         }
-        for head_dim in [8, 128] {
-            for n_pos in [8, 100] {
+        // Consecutive queries at other widths; at head_dim 192 and 256 the score step takes
+        // four positions at a time, and the queries' last block ends inside a group of four.
+        for (head_dim, queries, heads, n_poses) in [
+            (8, 8, 3, [8, 100]),
+            (128, 8, 3, [8, 100]),
+            (192, 5, 2, [9, 70]),
+            (256, 5, 2, [9, 70]),
+        ] {
+            for n_pos in n_poses {
                 all.push(attention_case(AttentionCase {
-                    queries: 8,
-                    heads: 3,
+                    queries,
+                    heads,
                     ..one(head_dim, n_pos, f16, 4.0)
                 }));
             }
         }
+        // inf and NaN in a head_dim-256 cache.
+        all.push(attention_case(AttentionCase {
+            specials: true,
+            heads: 4,
+            ..one(256, 70, f16, 2.0)
+        }));
         // Not a multiple of 8: the reference fallback.
         for head_dim in [6, 10] {
             all.push(attention_case(one(head_dim, 70, f16, 1.0)));

@@ -612,21 +612,50 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
                             let groups = len.div_ceil(8);
                             for g in 0..groups {
                                 let mut s8 = [_mm256_setzero_ps(); 8];
-                                for (p, sp) in s8.iter_mut().enumerate() {
-                                    let kt = &kbuf[8 * g + p];
-                                    let mut acc = [_mm256_setzero_ps(); 4];
-                                    for j in 0..N {
-                                        let product = _mm256_mul_ps(qv[j], kt[j].assume_init());
-                                        acc[j % 4] = if j < 4 {
-                                            product
-                                        } else {
-                                            _mm256_add_ps(acc[j % 4], product)
-                                        };
+                                if N >= 24 {
+                                    // Four positions' sums side by side: q's row (16+
+                                    // registers, spilled) is read once for four keys, and
+                                    // four independent chains of adds run at once. Gemma 3
+                                    // (4 heads of 256, f16 cache of 500 positions) on one
+                                    // Zen 3 core: 46-48 -> 37-39 ns per (head, position);
+                                    // at head_dim 64 and 128 it gains nothing (64: 7% slower).
+                                    for p0 in (0..8).step_by(4) {
+                                        let mut acc = [[_mm256_setzero_ps(); 4]; 4];
+                                        for j in 0..N {
+                                            for (a, kt) in acc.iter_mut().zip(&kbuf[8 * g + p0..]) {
+                                                let product =
+                                                    _mm256_mul_ps(qv[j], kt[j].assume_init());
+                                                a[j % 4] = if j < 4 {
+                                                    product
+                                                } else {
+                                                    _mm256_add_ps(a[j % 4], product)
+                                                };
+                                            }
+                                        }
+                                        for (sp, a) in s8[p0..p0 + 4].iter_mut().zip(&acc) {
+                                            *sp = _mm256_add_ps(
+                                                _mm256_add_ps(a[0], a[1]),
+                                                _mm256_add_ps(a[2], a[3]),
+                                            );
+                                        }
                                     }
-                                    *sp = _mm256_add_ps(
-                                        _mm256_add_ps(acc[0], acc[1]),
-                                        _mm256_add_ps(acc[2], acc[3]),
-                                    );
+                                } else {
+                                    for (p, sp) in s8.iter_mut().enumerate() {
+                                        let kt = &kbuf[8 * g + p];
+                                        let mut acc = [_mm256_setzero_ps(); 4];
+                                        for j in 0..N {
+                                            let product = _mm256_mul_ps(qv[j], kt[j].assume_init());
+                                            acc[j % 4] = if j < 4 {
+                                                product
+                                            } else {
+                                                _mm256_add_ps(acc[j % 4], product)
+                                            };
+                                        }
+                                        *sp = _mm256_add_ps(
+                                            _mm256_add_ps(acc[0], acc[1]),
+                                            _mm256_add_ps(acc[2], acc[3]),
+                                        );
+                                    }
                                 }
                                 let r = _mm256_mul_ps(fold8(s8), _mm256_set1_ps(scale));
                                 _mm256_storeu_ps(scores.as_mut_ptr().add(8 * g), r);
