@@ -519,8 +519,10 @@ const HEAD_GROUP: usize = 8;
 
 /// Rule 6 for head_dim = 8 * N, for queries that are consecutive tokens (query i sees
 /// `n_pos + i` positions) and the query heads of one KV head. Per 64-position block the K and V
-/// rows are converted to f32 once, into buffers that stay in L1, and every (query, head) pair
-/// takes its block step from there: the cache is read once per call instead of once per pair.
+/// rows are converted to f32 once, into buffers (16 KiB each at head_dim 64, in L1; 64 KiB at
+/// 256, in L2: streaming them a sub-block at a time through L1 was no faster), and every (query,
+/// head) pair takes its block step from there: the cache is read once per call instead of once
+/// per pair.
 /// Each pair's operations are the one-head sequence of reference::attention (its running output
 /// rests in its `out` row between blocks: storing an f32 is exact), but for rule 6's
 /// exceptions: a score's accumulator lanes start from their first products, and the block
