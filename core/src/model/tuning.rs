@@ -145,8 +145,11 @@ impl Tuning {
         parallel: &dyn Parallel,
     ) -> (Tuning, usize) {
         use crate::kernels::{set_stream_prefetch, stream_prefetch};
+        // What there is to time: the distance where kernels prefetch (x86-64), the rows where
+        // one-token matrices are split.
+        let distance_applies = cfg!(target_arch = "x86_64");
         let rows_apply = !Tuning::whole_matrices(parallel.threads(), 1);
-        if kernels.name == "reference" || !(cfg!(target_arch = "x86_64") || rows_apply) {
+        if kernels.name == "reference" || !(distance_applies || rows_apply) {
             return (self, 0);
         }
         let Some(mut walk) = StreamWalk::new(weights, kernels, parallel) else {
@@ -154,7 +157,7 @@ impl Tuning {
         };
         let before = stream_prefetch();
         let mut distance = 0;
-        if cfg!(target_arch = "x86_64") {
+        if distance_applies {
             let best = walk.fastest(STREAM_PREFETCH.len(), |c| {
                 set_stream_prefetch(STREAM_PREFETCH[c]);
                 &self

@@ -613,52 +613,12 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
                             // exception to rule 2).
                             let groups = len.div_ceil(8);
                             for g in 0..groups {
-                                let mut s8 = [_mm256_setzero_ps(); 8];
-                                if N >= 24 {
-                                    // Four positions' sums side by side: q's row (16+
-                                    // registers, spilled) is read once for four keys, and
-                                    // four independent chains of adds run at once. Gemma 3
-                                    // (4 heads of 256, f16 cache of 500 positions) on one
-                                    // Zen 3 core: 46-48 -> 37-39 ns per (head, position);
-                                    // at head_dim 64 and 128 it gains nothing (64: 7% slower).
-                                    for p0 in (0..8).step_by(4) {
-                                        let mut acc = [[_mm256_setzero_ps(); 4]; 4];
-                                        for j in 0..N {
-                                            for (a, kt) in acc.iter_mut().zip(&kbuf[8 * g + p0..]) {
-                                                let product =
-                                                    _mm256_mul_ps(qv[j], kt[j].assume_init());
-                                                a[j % 4] = if j < 4 {
-                                                    product
-                                                } else {
-                                                    _mm256_add_ps(a[j % 4], product)
-                                                };
-                                            }
-                                        }
-                                        for (sp, a) in s8[p0..p0 + 4].iter_mut().zip(&acc) {
-                                            *sp = _mm256_add_ps(
-                                                _mm256_add_ps(a[0], a[1]),
-                                                _mm256_add_ps(a[2], a[3]),
-                                            );
-                                        }
-                                    }
+                                let keys = &kbuf.as_chunks::<8>().0[g];
+                                let s8 = if N >= 24 {
+                                    score_sums::<N, 4>(&qv, keys)
                                 } else {
-                                    for (p, sp) in s8.iter_mut().enumerate() {
-                                        let kt = &kbuf[8 * g + p];
-                                        let mut acc = [_mm256_setzero_ps(); 4];
-                                        for j in 0..N {
-                                            let product = _mm256_mul_ps(qv[j], kt[j].assume_init());
-                                            acc[j % 4] = if j < 4 {
-                                                product
-                                            } else {
-                                                _mm256_add_ps(acc[j % 4], product)
-                                            };
-                                        }
-                                        *sp = _mm256_add_ps(
-                                            _mm256_add_ps(acc[0], acc[1]),
-                                            _mm256_add_ps(acc[2], acc[3]),
-                                        );
-                                    }
-                                }
+                                    score_sums::<N, 1>(&qv, keys)
+                                };
                                 let r = _mm256_mul_ps(fold8(s8), _mm256_set1_ps(scale));
                                 _mm256_storeu_ps(scores.as_mut_ptr().add(8 * g), r);
                             }
@@ -715,6 +675,46 @@ pub unsafe fn attention<L: Lanes, const N: usize>(
                 }
             }
         }
+    }
+}
+
+/// The unscaled scores of one query head (`q`, 8N values) against 8 buffered keys, before
+/// [`fold8`]: position p's `(acc0 + acc1) + (acc2 + acc3)`, lane r of acc k summing the products
+/// of registers j = k mod 4 in order, its first product starting the sum (rule 6's exception
+/// to rule 2). `P` positions go side by side: at head_dim >= 192 [`attention`] takes 4, so q's
+/// row (N registers, spilled: AVX2 has 16) is read once for four keys and four chains of adds
+/// run at once. Gemma 3 (4 heads of 256, f16 cache of 500 positions) on one Zen 3 core: 46-48
+/// -> 37-39 ns per (head, position) with 4; at head_dim 64 and 128, 4 gained nothing (64: 7%
+/// slower), so they take 1.
+///
+/// # Safety
+/// The keys' rows are initialized; avx2 is enabled in the caller.
+#[inline(always)]
+unsafe fn score_sums<const N: usize, const P: usize>(
+    q: &[__m256; N],
+    keys: &[[MaybeUninit<__m256>; N]; 8],
+) -> [__m256; 8] {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let mut s8 = [_mm256_setzero_ps(); 8];
+        let (sums, _) = s8.as_chunks_mut::<P>();
+        for (sums, keys) in sums.iter_mut().zip(keys.as_chunks::<P>().0) {
+            let mut acc = [[_mm256_setzero_ps(); 4]; P];
+            for j in 0..N {
+                for (a, k) in acc.iter_mut().zip(keys) {
+                    let product = _mm256_mul_ps(q[j], k[j].assume_init());
+                    a[j % 4] = if j < 4 {
+                        product
+                    } else {
+                        _mm256_add_ps(a[j % 4], product)
+                    };
+                }
+            }
+            for (s, a) in sums.iter_mut().zip(&acc) {
+                *s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+            }
+        }
+        s8
     }
 }
 
