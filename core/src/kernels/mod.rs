@@ -59,6 +59,40 @@ pub fn set_stream_prefetch(bytes: usize) {
 pub fn stream_prefetch() -> usize {
     STREAM_PREFETCH.load(Ordering::Relaxed)
 }
+
+/// The wrapping sum of `data`, read in order with eight independent sums (bound by the loads,
+/// not by one chain of adds), each 64 bytes' line fetched `ahead` bytes before it is read as
+/// the one-token matmuls fetch weights (0, or a target without prefetches: the CPU's own
+/// prefetchers alone). `inferno bench`'s bandwidth probe reads memory both ways, so the roof it
+/// reports is not below a way the matmuls read.
+pub fn sum_ahead(data: &[u64], ahead: usize) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if ahead != 0 {
+        let at = data.as_ptr().cast::<u8>();
+        return sum_lines(data, |i| x86::prefetch(at.wrapping_add(64 * i + ahead)));
+    }
+    let _ = ahead;
+    // A loop of its own: no test per line keeps it the plain loop the compiler vectorizes.
+    sum_lines(data, |_| {})
+}
+
+/// [`sum_ahead`]'s loop, calling `before(i)` before reading line i.
+#[inline(always)]
+fn sum_lines(data: &[u64], before: impl Fn(usize)) -> u64 {
+    let mut acc = [0u64; 8];
+    let lines = data.chunks_exact(8);
+    let tail = lines.remainder();
+    for (i, line) in lines.enumerate() {
+        before(i);
+        for (a, &x) in acc.iter_mut().zip(line) {
+            *a = a.wrapping_add(x);
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(tail) {
+        *a = a.wrapping_add(x);
+    }
+    acc.iter().fold(0u64, |s, &a| s.wrapping_add(a))
+}
 use crate::quant::iq4::{BlockIQ4NL, TileIQ4NL, TileIQ4XS};
 use crate::quant::kquants::{
     blocks_from_bytes, KBlock, TileQ2K, TileQ3K, TileQ4K, TileQ5K, TileQ6K, QK_K,

@@ -1,6 +1,7 @@
 //! The AVX2 backend (AVX2 + F16C, no FMA): optimized twins of reference.rs, bit-identical.
 //! Integer block dots take `maddubs` (unsigned x signed bytes -> i16 pairs, which the contract's
-//! operand ranges keep from saturating) then `madd` with ones to i32.
+//! operand ranges keep from saturating) then `madd` to i32, against ones or a K-quant's scales;
+//! several columns' pairs add up in i16 first wherever the operand ranges keep them inside it.
 
 use std::arch::x86_64::*;
 
@@ -19,6 +20,22 @@ impl common::IntDot for Maddubs {
         }
     }
 
+    /// [`Maddubs::dot_cols_scaled`] with a scale of 1 where columns share a widening (8
+    /// columns of 4-bit quants, 4 of 5-bit ones: 9 or 10 multiplies where one widening per
+    /// column took 16); two chains of `dot_acc` after the sign trick, where each column widens
+    /// alone (one chain there cost Gemma 3's Q8_0-bound decode ~2%).
+    #[inline(always)]
+    unsafe fn dot_cols<const N: usize>(u: &[__m256i; N], s: &[__m256i; N], max_u: i32) -> __m256i {
+        // SAFETY: avx2 is enabled in the caller.
+        unsafe {
+            if pair_group(max_u) > 1 {
+                Self::dot_cols_scaled(u, s, max_u, _mm256_set1_epi32(1))
+            } else {
+                common::dot_cols_chained::<Self, N>(u, s)
+            }
+        }
+    }
+
     /// Adds as many columns' i16 pair sums as cannot overflow (each pair is at most
     /// `2 * max_u * 127` in magnitude), then one `madd` against the scale in both i16 halves
     /// widens them and applies the scale at once: 8 columns of Q4_K's 4-bit quants per
@@ -30,7 +47,7 @@ impl common::IntDot for Maddubs {
         max_u: i32,
         scale: __m256i,
     ) -> __m256i {
-        let group = (i16::MAX as i32 / (2 * max_u * 127)).max(1) as usize;
+        let group = pair_group(max_u);
         // SAFETY: avx2 is enabled in the caller.
         unsafe {
             let low = _mm256_and_si256(scale, _mm256_set1_epi32(0xffff));
@@ -47,6 +64,18 @@ impl common::IntDot for Maddubs {
             }
             acc
         }
+    }
+}
+
+/// Columns whose `maddubs` pair sums (each at most `2 * max_u * 127` in magnitude) add up
+/// inside i16.
+#[inline(always)]
+const fn pair_group(max_u: i32) -> usize {
+    let group = i16::MAX as i32 / (2 * max_u * 127);
+    if group > 1 {
+        group as usize
+    } else {
+        1
     }
 }
 

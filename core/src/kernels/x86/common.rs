@@ -56,6 +56,20 @@ pub trait IntDot: Sized {
         }
     }
 
+    /// `Σ_k dot(u[k], s[k])`: the same exact integers as N chained `dot_acc`s; `max_u` bounds
+    /// the unsigned bytes. By default two chains (even and odd k), so consecutive dots do not
+    /// wait on each other's latency; a backend whose pair sums are i16 may add several columns'
+    /// pairs before widening them.
+    ///
+    /// # Safety
+    /// The backend's target features must be enabled in the caller.
+    #[inline(always)]
+    unsafe fn dot_cols<const N: usize>(u: &[__m256i; N], s: &[__m256i; N], max_u: i32) -> __m256i {
+        let _ = max_u;
+        // SAFETY: forwarded to the caller.
+        unsafe { dot_cols_chained::<Self, N>(u, s) }
+    }
+
     /// Whether [`IntDot::tile_pair`] runs two row groups (16 rows) per pass.
     const PAIRS: bool = false;
 
@@ -116,6 +130,26 @@ pub trait IntDot: Sized {
     ) {
         let _ = (tiles, x, nbk, lanes, prefetch);
         unreachable!("tile_k_pair without PAIRS");
+    }
+}
+
+/// [`IntDot::dot_cols`] as two chains of `dot_acc` (even and odd k): i32 addition is exact, so
+/// their sum is the same integer as one chain's.
+///
+/// # Safety
+/// The backend's target features must be enabled in the caller.
+#[inline(always)]
+pub unsafe fn dot_cols_chained<D: IntDot, const N: usize>(
+    u: &[__m256i; N],
+    s: &[__m256i; N],
+) -> __m256i {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let mut isums = [_mm256_setzero_si256(); 2];
+        for k in 0..N {
+            isums[k % 2] = D::dot_acc(isums[k % 2], u[k], s[k]);
+        }
+        _mm256_add_epi32(isums[0], isums[1])
     }
 }
 
@@ -766,6 +800,9 @@ pub trait WeightTile: Tile {
     const SUM_OFFSET: i32;
     /// With [`WeightTile::unpack_unsigned`]'s bytes, the dot is `dot - UNSIGNED_OFFSET * sum_x`.
     const UNSIGNED_OFFSET: i32 = Self::SUM_OFFSET;
+    /// The largest unsigned operand [`WeightTile::operands`] gives (128 after the sign trick):
+    /// how many columns' i16 pair sums [`IntDot::dot_cols`] may add before widening.
+    const MAX_U: i32 = 128;
     /// 8 registers; register k holds, in lane r, row r's quants of elements 4k .. 4k + 4.
     unsafe fn unpack(&self) -> [__m256i; 8];
     /// As [`WeightTile::unpack`], as unsigned bytes for dots that do not saturate.
@@ -816,6 +853,7 @@ unsafe fn load_f16x8(p: &[u16; ROWS]) -> __m256 {
 impl WeightTile for TileQ4_0 {
     const HAS_MIN: bool = false;
     const SUM_OFFSET: i32 = 8;
+    const MAX_U: i32 = 15;
     #[inline(always)]
     unsafe fn unpack(&self) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
@@ -835,6 +873,7 @@ impl WeightTile for TileQ4_0 {
 impl WeightTile for TileQ4_1 {
     const HAS_MIN: bool = true;
     const SUM_OFFSET: i32 = 0;
+    const MAX_U: i32 = 15;
     #[inline(always)]
     unsafe fn unpack(&self) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
@@ -903,6 +942,7 @@ unsafe fn unpack_q5_columns(qs: &[u8; ROWS * QK / 2], qh: &[u32; ROWS]) -> [__m2
 impl WeightTile for TileQ5_0 {
     const HAS_MIN: bool = false;
     const SUM_OFFSET: i32 = 16;
+    const MAX_U: i32 = 31;
     #[inline(always)]
     unsafe fn unpack(&self) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
@@ -918,6 +958,7 @@ impl WeightTile for TileQ5_0 {
 impl WeightTile for TileQ5_1 {
     const HAS_MIN: bool = true;
     const SUM_OFFSET: i32 = 0;
+    const MAX_U: i32 = 31;
     #[inline(always)]
     unsafe fn unpack(&self) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
@@ -1154,19 +1195,17 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
                     // i32 addition is exact, so the integer is the same.
                     nibble_dot::<D>(qs, xq, _mm256_set1_epi32(-offset * xb.sum))
                 } else {
-                    // Two chains (even and odd k) so consecutive dots don't wait on each
-                    // other's latency; i32 addition is exact, so their sum is the same integer.
-                    let mut isums = [_mm256_setzero_si256(); 2];
-                    for (k, wk) in w.iter().enumerate() {
+                    let (mut u, mut s) = (w, [_mm256_setzero_si256(); 8]);
+                    for k in 0..8 {
                         let xk = _mm256_set1_epi32(xq.add(k).read_unaligned());
-                        let (u, s) = if D::SATURATES {
-                            W::operands(*wk, xk)
+                        (u[k], s[k]) = if D::SATURATES {
+                            W::operands(w[k], xk)
                         } else {
-                            (*wk, xk)
+                            (w[k], xk)
                         };
-                        isums[k % 2] = D::dot_acc(isums[k % 2], u, s);
                     }
-                    let isum = _mm256_add_epi32(isums[0], isums[1]);
+                    let max_u = if D::SATURATES { W::MAX_U } else { 255 };
+                    let isum = D::dot_cols(&u, &s, max_u);
                     if offset != 0 {
                         _mm256_sub_epi32(isum, _mm256_set1_epi32(offset * xb.sum))
                     } else {

@@ -29,6 +29,15 @@ pub fn available() -> &'static [&'static Kernels] {
     })
 }
 
+/// Asks for the line at `at` to be fetched into every cache level: a hint that never faults,
+/// whatever the address (computed with `wrapping_add`, it need not point into anything).
+#[inline(always)]
+pub fn prefetch(at: *const u8) {
+    // SAFETY: `prefetcht0` reads nothing the program can observe and never faults; sse is part
+    // of x86-64's baseline.
+    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast()) }
+}
+
 /// Defines a backend's `KERNELS` table, its `supported()` check (cached) and one safe entry
 /// point per table entry: each checks what the reference checks, asserts the host has the
 /// features (so calling a table directly on the wrong CPU panics instead of being undefined),
