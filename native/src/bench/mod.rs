@@ -320,8 +320,9 @@ fn print_table(rows: &[BenchRow], to_stderr: bool) {
     }
 }
 
-/// Sums a 1 GiB array with every thread of `pool` (contiguous slices, one per thread) and
-/// returns the best of 3 passes in GB/s. The sum is what a decode step does to the weights, and
+/// Sums a 1 GiB array with every thread of `pool` (many slices, taken in turn), each way of
+/// [`READ_AHEAD`] once per round, and returns each way's best of 3 rounds in GB/s and the
+/// fastest of them. The sum is what a decode step does to the weights, and
 /// the array lives in the same kind of memory as they do (2 MiB pages where the OS gives them,
 /// inferno_core::memory), so the percentage compares like with like.
 pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<ReadBandwidth> {
@@ -356,8 +357,9 @@ pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<ReadBandwidth> {
 
 /// Bytes ahead that the read probe fetches each line, one pass per way: the CPU's own
 /// prefetchers alone, then the distances the load-time tuner picks from for the matmuls
-/// (`Tuning::timed_streaming`), which are these. A Zen 3 core with the tuned 16 KiB decoded the TinyLlama-shape
-/// Q4_0 file at 104-106% of a plain sum's figure: a roof below what the matmuls reach.
+/// (`Tuning::timed_streaming`), which are these: the roof covers every way the matmuls may read
+/// (a Zen 3 core decoded the TinyLlama-shape Q4_0 file at 104-106% of a plain sum's figure with
+/// the tuned 16 KiB; measured later, the plain sum was the fastest way on that machine).
 pub const READ_AHEAD: [usize; STREAM_PREFETCH.len()] = STREAM_PREFETCH;
 
 /// What [`read_bandwidth_gb_s`] measured.
