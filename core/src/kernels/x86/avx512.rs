@@ -68,13 +68,8 @@ impl common::IntDot for DpbusdEvex {
             }
             let offset = W::UNSIGNED_OFFSET;
             for b in 0..nb {
-                if prefetch != 0 {
-                    for g in [tiles.add(b), tiles.add(nb + b)] {
-                        let ahead = g.cast::<u8>().wrapping_add(prefetch);
-                        for line in (0..std::mem::size_of::<W>()).step_by(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-                        }
-                    }
+                for g in [tiles.add(b), tiles.add(nb + b)] {
+                    common::prefetch_tile(g, prefetch);
                 }
                 let (t0, t1) = (&*tiles.add(b), &*tiles.add(nb + b));
                 let ((d0, m0), (d1, m1)) = (t0.scales(), t1.scales());
@@ -134,13 +129,8 @@ impl common::IntDot for DpbusdEvex {
                 *a = _mm512_loadu_ps(lane.as_ptr());
             }
             for b in 0..nbk {
-                if prefetch != 0 {
-                    for g in [tiles.add(b), tiles.add(nbk + b)] {
-                        let ahead = g.cast::<u8>().wrapping_add(prefetch);
-                        for line in (0..std::mem::size_of::<W>()).step_by(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-                        }
-                    }
+                for g in [tiles.add(b), tiles.add(nbk + b)] {
+                    common::prefetch_tile(g, prefetch);
                 }
                 let pair = (&*tiles.add(b), &*tiles.add(nbk + b));
                 let ((d0, n0), (d1, n1)) = (pair.0.factors(), pair.1.factors());

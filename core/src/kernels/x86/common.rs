@@ -1143,6 +1143,18 @@ fn prefetch_bytes<W>(
     }
 }
 
+/// Asks for every 64-byte line of the `W` that lies `bytes` past `tile` (0: nothing). A
+/// prefetch never faults: past the end of the tiles the address need not point into anything.
+#[inline(always)]
+pub fn prefetch_tile<W>(tile: *const W, bytes: usize) {
+    if bytes != 0 {
+        let ahead = tile.cast::<u8>().wrapping_add(bytes);
+        for line in (0..std::mem::size_of::<W>()).step_by(64) {
+            super::prefetch(ahead.wrapping_add(line));
+        }
+    }
+}
+
 /// One pass: the 8 rows of `tiles` (nb tiles, one row group's run in a span) by T tokens
 /// (`x[t]` points at token t's first block of the span), continuing the sums `acc` (zero at the
 /// first span). Lane r of result t is reference::dot_*_q8(row r, token t) over the blocks so far.
@@ -1166,12 +1178,7 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
             // `prefetch` bytes ahead ([`prefetch_bytes`]): a page for tiles in small pages, the
             // machine's stream distance for a few tokens over huge pages, the next group's run
             // for a batch's first pass over a matrix of several spans.
-            if prefetch != 0 {
-                let ahead = tiles.add(b).cast::<u8>().wrapping_add(prefetch);
-                for line in (0..std::mem::size_of::<W>()).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-                }
-            }
+            prefetch_tile(tiles.add(b), prefetch);
             let t = &*tiles.add(b);
             let (d, m) = t.scales();
             // For one token a non-saturating dot reads 4-bit quants in place (nibble_dot: 8
@@ -2161,12 +2168,7 @@ unsafe fn tile_k<D: IntDot, W: KWeightTile, const T: usize>(
             // (0 where its own prefetchers suffice), the next group's run on a batch's first pass
             // over a matrix of several spans. A batch's later passes re-read the group's tiles
             // from cache, where fetching on every pass only costs.
-            if prefetch != 0 {
-                let ahead = tiles.add(b).cast::<u8>().wrapping_add(prefetch);
-                for line in (0..std::mem::size_of::<W>()).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-                }
-            }
+            prefetch_tile(tiles.add(b), prefetch);
             let t = &*tiles.add(b);
             let (d, neg_dmin) = t.factors();
             // Four sub-blocks at a time: their integer dots (independent chains) first, then
