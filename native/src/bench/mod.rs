@@ -72,7 +72,7 @@ pub struct BenchRow {
     /// Weight bytes read per decoded token times decode tokens/s.
     pub decode_gb_s: f64,
     /// This machine's read bandwidth with `threads` threads (the decode ceiling): the fastest
-    /// of the probe's ways ([`READ_AHEAD`]).
+    /// of the probe's ways ([`ReadBandwidth::fastest`]).
     pub bandwidth_gb_s: f64,
     /// The probe's plain sum alone (the CPU's own prefetchers), GB/s.
     pub plain_read_gb_s: f64,
@@ -173,11 +173,11 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         let pool = Arc::new(pool::start(t)?);
         let read = read_bandwidth_gb_s(pool.as_ref())
             .context("cannot measure the memory read bandwidth")?;
-        let bandwidth_gb_s = read.gb_s;
+        let bandwidth_gb_s = read.fastest();
         let copy_gb_s = copy_bandwidth_gb_s(pool.as_ref())
             .context("cannot measure the memory copy bandwidth")?;
         let ways = |f: &dyn Fn(usize, f64) -> String| {
-            let each = READ_AHEAD.iter().zip(read.by_ahead);
+            let each = STREAM_PREFETCH.iter().zip(read.by_ahead);
             each.map(|(&a, g)| f(a, g)).collect::<Vec<_>>().join(" / ")
         };
         eprintln!(
@@ -233,7 +233,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 decode_tok_s,
                 decode_gb_s: bytes_per_token as f64 * decode_tok_s / 1e9,
                 bandwidth_gb_s,
-                plain_read_gb_s: read.by_ahead[0],
+                plain_read_gb_s: read.plain(),
                 bandwidth_pct: pct(bytes_per_token),
                 cache_mb_per_token: cache_bytes as f64 / 1e6,
                 bandwidth_pct_with_cache: pct(bytes_per_token + cache_bytes),
@@ -321,8 +321,8 @@ fn print_table(rows: &[BenchRow], to_stderr: bool) {
 }
 
 /// Sums a 1 GiB array with every thread of `pool` (many slices, taken in turn), each way of
-/// [`READ_AHEAD`] once per round, and returns each way's best of 3 rounds in GB/s and the
-/// fastest of them. The sum is what a decode step does to the weights, and
+/// reading ([`ReadBandwidth`]) once per round, and returns each way's best of 3 rounds in GB/s.
+/// The sum is what a decode step does to the weights, and
 /// the array lives in the same kind of memory as they do (2 MiB pages where the OS gives them,
 /// inferno_core::memory), so the percentage compares like with like.
 pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<ReadBandwidth> {
@@ -333,10 +333,10 @@ pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<ReadBandwidth> {
     // share (with one part each, the caller could read both halves before the worker woke).
     let parts = pool.threads() * 32;
     let part_len = data.len().div_ceil(parts);
-    let mut best = [f64::INFINITY; READ_AHEAD.len()];
+    let mut best = [f64::INFINITY; STREAM_PREFETCH.len()];
     // The ways alternated round by round, so a noisy neighbour hurts them alike.
     for _ in 0..3 {
-        for (&ahead, best) in READ_AHEAD.iter().zip(&mut best) {
+        for (&ahead, best) in STREAM_PREFETCH.iter().zip(&mut best) {
             let total = std::sync::atomic::AtomicU64::new(0);
             let t0 = Instant::now();
             pool.run(parts, &|i| {
@@ -348,27 +348,36 @@ pub fn read_bandwidth_gb_s(pool: &dyn Parallel) -> Result<ReadBandwidth> {
             std::hint::black_box(total.into_inner());
         }
     }
-    let gb_s = best.map(|s| BYTES as f64 / s / 1e9);
     Ok(ReadBandwidth {
-        gb_s: gb_s.iter().fold(0.0, |m: f64, &g| m.max(g)),
-        by_ahead: gb_s,
+        by_ahead: best.map(|s| BYTES as f64 / s / 1e9),
     })
 }
 
-/// Bytes ahead that the read probe fetches each line, one pass per way: the CPU's own
-/// prefetchers alone, then the distances the load-time tuner picks from for the matmuls
-/// (`Tuning::timed_streaming`), which are these: the roof covers every way the matmuls may read
-/// (a Zen 3 core decoded the TinyLlama-shape Q4_0 file at 104-106% of a plain sum's figure with
-/// the tuned 16 KiB; measured later, the plain sum was the fastest way on that machine).
-pub const READ_AHEAD: [usize; STREAM_PREFETCH.len()] = STREAM_PREFETCH;
-
-/// What [`read_bandwidth_gb_s`] measured.
+/// What [`read_bandwidth_gb_s`] measured, one way of reading per prefetch distance the
+/// load-time tuner picks from for the matmuls (`STREAM_PREFETCH`, `Tuning::timed_streaming`:
+/// the CPU's own prefetchers alone, then each line fetched that many bytes ahead), so the roof
+/// covers every way the matmuls may read (a Zen 3 core decoded the TinyLlama-shape Q4_0 file at
+/// 104-106% of a plain sum's figure with the tuned 16 KiB; measured later, the plain sum was the
+/// fastest way on that machine).
 #[derive(Debug, Clone, Copy)]
 pub struct ReadBandwidth {
+    /// GB/s of each way of `STREAM_PREFETCH`, in its order (best of 3 rounds).
+    pub by_ahead: [f64; STREAM_PREFETCH.len()],
+}
+
+// The plain sum is the first way ([`ReadBandwidth::plain`]).
+const _: () = assert!(STREAM_PREFETCH[0] == 0);
+
+impl ReadBandwidth {
     /// The fastest way, GB/s: the roof decode is measured against.
-    pub gb_s: f64,
-    /// Each way of [`READ_AHEAD`], GB/s (best of 3 rounds).
-    pub by_ahead: [f64; READ_AHEAD.len()],
+    pub fn fastest(&self) -> f64 {
+        self.by_ahead.iter().fold(0.0, |m: f64, &g| m.max(g))
+    }
+
+    /// The plain sum alone (the CPU's own prefetchers), GB/s.
+    pub fn plain(&self) -> f64 {
+        self.by_ahead[0]
+    }
 }
 
 /// A second measure of the same memory, to check the first: `copy_from_slice` (memcpy) of 512
