@@ -104,13 +104,12 @@ impl Session {
     pub fn reserve(&mut self, positions: usize) {
         let c = self.engine.config();
         let positions = positions.min(c.context_length);
-        self.cache.reserve(positions, c.kv_dim());
+        self.cache.reserve(positions);
     }
 
     /// Frees the KV cache's memory past the positions in use (and the work buffers).
     pub fn shrink_to_fit(&mut self) {
-        let kv_dim = self.engine.config().kv_dim();
-        self.cache.shrink_to_fit(kv_dim);
+        self.cache.shrink_to_fit();
         self.scratch = Scratch::default();
     }
 

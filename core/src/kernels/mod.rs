@@ -696,7 +696,9 @@ pub struct KvHead<'a> {
     pub values: KvSlice<'a>,
     /// Cached positions the first query sees; query i sees `positions + i`.
     pub positions: usize,
-    /// Elements per cached position (one row holds every KV head).
+    /// Elements from one cached position's row to the next: head_dim for the model's cache,
+    /// which keeps each KV head's rows contiguous (model::cache); kv_dim for a cache of rows
+    /// holding every KV head, as the conformance tests build.
     pub kv_dim: usize,
     /// Where this head's vectors start in a row.
     pub offset: usize,

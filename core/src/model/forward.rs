@@ -131,12 +131,7 @@ impl Weights {
         let kernels = compute.kernels;
         for (s, place) in sequences.iter_mut().zip(&places) {
             for layer in s.cache.layers.iter_mut() {
-                layer
-                    .k
-                    .resize((place.pos0 + place.n - layer.first) * kv_dim);
-                layer
-                    .v
-                    .resize((place.pos0 + place.n - layer.first) * kv_dim);
+                layer.set_rows(place.pos0 + place.n - layer.first);
             }
         }
         let qkv_dim = q_dim + 2 * kv_dim;
@@ -254,7 +249,7 @@ impl Weights {
         }
         for (s, place) in sequences.iter_mut().zip(&places) {
             s.cache.len = place.pos0 + place.n;
-            s.cache.compact(kv_dim);
+            s.cache.compact();
         }
 
         // final RMSNorm and logits for the positions asked for, gathered into `proj`
@@ -386,8 +381,7 @@ fn qkv_to_cache(
         (kernels.rope)(q, head_dim, cos_t, sin_t);
         (kernels.rope)(k, head_dim, cos_t, sin_t);
         // K and V into the cache at row row0 + t
-        layer_cache.k.write((row0 + t) * kv_dim, k);
-        layer_cache.v.write((row0 + t) * kv_dim, v);
+        layer_cache.write(row0 + t, k, v);
     }
 }
 
@@ -427,7 +421,7 @@ fn attention(
         tile_tokens,
         &|first, t0, outs| {
             let width = outs.first().map_or(0, |o| o.len());
-            let offset = (first / head_dim / group) * head_dim;
+            let kv_h = first / head_dim / group;
             // The tile's rows, one run per sequence they belong to.
             let mut j = 0;
             while j < outs.len() {
@@ -444,12 +438,13 @@ fn attention(
                 // Token t + i is at position pos + i of its sequence.
                 let pos = place.pos0 + (t - place.row);
                 let cache = &sequences[s].cache.layers[layer];
+                let (keys, values) = cache.head(kv_h);
                 let kv_head = KvHead {
-                    keys: cache.k.view(),
-                    values: cache.v.view(),
+                    keys,
+                    values,
                     positions: pos + 1,
-                    kv_dim,
-                    offset,
+                    kv_dim: head_dim,
+                    offset: 0,
                     head_dim,
                     scale,
                 };
