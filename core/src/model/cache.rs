@@ -1,6 +1,6 @@
 //! The KV cache of one sequence: per layer and KV head, one row of head_dim per position for K
-//! and for V (each head's rows contiguous, [`CacheData`]), f16 by the contract (rule 6) or f32 on the verification path. Owned by a session, never by
-//! the weights.
+//! and for V (each head's rows contiguous, [`CacheData`]), f16 by the contract (rule 6) or f32
+//! on the verification path. Owned by a session, never by the weights.
 //!
 //! A layer with a sliding window W (Mistral, five of Gemma 3's six layers) keeps only the
 //! positions a query can still see: from `first` on, at least [`LayerCache::keep`] of them
@@ -137,6 +137,22 @@ pub struct LayerCache {
 }
 
 impl LayerCache {
+    /// An empty layer of `heads` KV heads of `head_dim`, with the layer's sliding window.
+    fn new(dtype: WeightDtype, heads: usize, head_dim: usize, window: Option<usize>) -> Self {
+        LayerCache {
+            k: CacheData::new(dtype),
+            v: CacheData::new(dtype),
+            runs: Runs {
+                heads,
+                head_dim,
+                cap: 0,
+            },
+            rows: 0,
+            first: 0,
+            window,
+        }
+    }
+
     /// Positions a windowed layer keeps behind the next one: the window (W - 1 earlier
     /// positions are seen by the next query) and W more for rollbacks.
     fn keep(&self) -> Option<usize> {
@@ -220,17 +236,9 @@ pub struct KvCache {
 impl KvCache {
     pub fn new(config: &ModelConfig, dtype: WeightDtype) -> KvCache {
         let layers = (0..config.n_layers)
-            .map(|l| LayerCache {
-                k: CacheData::new(dtype),
-                v: CacheData::new(dtype),
-                runs: Runs {
-                    heads: config.n_kv_heads,
-                    head_dim: config.head_dim,
-                    cap: 0,
-                },
-                rows: 0,
-                first: 0,
-                window: config.layer_window(l),
+            .map(|l| {
+                let window = config.layer_window(l);
+                LayerCache::new(dtype, config.n_kv_heads, config.head_dim, window)
             })
             .collect();
         KvCache { layers, len: 0 }
@@ -309,18 +317,7 @@ mod tests {
     /// A layer of 3 KV heads of 2 with `rows` positions written one at a time: position p's K
     /// value i of head h is 8 p + 2 h + i (V: its negation), exact in f16.
     fn filled(rows: usize, window: Option<usize>) -> LayerCache {
-        let mut l = LayerCache {
-            k: CacheData::new(WeightDtype::AsStored),
-            v: CacheData::new(WeightDtype::AsStored),
-            runs: Runs {
-                heads: 3,
-                head_dim: 2,
-                cap: 0,
-            },
-            rows: 0,
-            first: 0,
-            window,
-        };
+        let mut l = LayerCache::new(WeightDtype::AsStored, 3, 2, window);
         for p in 0..rows {
             l.set_rows(p + 1);
             let k: Vec<f32> = (0..6)
