@@ -70,6 +70,24 @@ pub trait IntDot: Sized {
         unsafe { dot_cols_chained::<Self, N>(u, s) }
     }
 
+    /// For T tokens at once, token t's `Σ_k dot(u[k], s[k])` of one unpacked tile `w`: `(u[k],
+    /// s[k])` are `w[k]` and column k (4 quants) of token t's block broadcast (`xq[t]` points at
+    /// its 32 quants), through [`WeightTile::operands`] where pair sums saturate; `max_u` bounds
+    /// the unsigned bytes. By default [`IntDot::dot_cols`] token by token
+    /// ([`dot_tokens_each`]); the same exact integers in any order.
+    ///
+    /// # Safety
+    /// 32 readable bytes behind each `xq[t]`; the backend's target features enabled in the caller.
+    #[inline(always)]
+    unsafe fn dot_tokens<W: WeightTile, const T: usize>(
+        w: &[__m256i; 8],
+        xq: &[*const i32; T],
+        max_u: i32,
+    ) -> [__m256i; T] {
+        // SAFETY: forwarded to the caller.
+        unsafe { dot_tokens_each::<Self, W, T>(w, xq, max_u) }
+    }
+
     /// Whether [`IntDot::tile_pair`] runs two row groups (16 rows) per pass.
     const PAIRS: bool = false;
 
@@ -150,6 +168,35 @@ pub unsafe fn dot_cols_chained<D: IntDot, const N: usize>(
             isums[k % 2] = D::dot_acc(isums[k % 2], u[k], s[k]);
         }
         _mm256_add_epi32(isums[0], isums[1])
+    }
+}
+
+/// [`IntDot::dot_tokens`] one token at a time: its 8 operand pairs, then [`IntDot::dot_cols`].
+///
+/// # Safety
+/// As [`IntDot::dot_tokens`].
+#[inline(always)]
+pub unsafe fn dot_tokens_each<D: IntDot, W: WeightTile, const T: usize>(
+    w: &[__m256i; 8],
+    xq: &[*const i32; T],
+    max_u: i32,
+) -> [__m256i; T] {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let mut isums = [_mm256_setzero_si256(); T];
+        for (isum, &xq) in isums.iter_mut().zip(xq) {
+            let (mut u, mut s) = (*w, [_mm256_setzero_si256(); 8]);
+            for k in 0..8 {
+                let xk = _mm256_set1_epi32(xq.add(k).read_unaligned());
+                (u[k], s[k]) = if D::SATURATES {
+                    W::operands(w[k], xk)
+                } else {
+                    (w[k], xk)
+                };
+            }
+            *isum = D::dot_cols(&u, &s, max_u);
+        }
+        isums
     }
 }
 
@@ -811,6 +858,8 @@ pub trait WeightTile: Tile {
         // SAFETY: forwarded to the caller.
         unsafe { self.unpack() }
     }
+    /// Whether [`WeightTile::operands`] is the sign trick (signed weights), not `(w, x)`.
+    const SIGN_TRICK: bool = false;
     /// (unsigned, signed) operands of [`IntDot::dot_acc`] for unpacked weights and x's quants.
     #[inline(always)]
     unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
@@ -976,6 +1025,7 @@ impl WeightTile for TileQ8_0 {
     const SUM_OFFSET: i32 = 0;
     /// w + 128 as an unsigned byte is w with its top bit flipped.
     const UNSIGNED_OFFSET: i32 = 128;
+    const SIGN_TRICK: bool = true;
     #[inline(always)]
     unsafe fn unpack(&self) -> [__m256i; 8] {
         // SAFETY: 256 readable bytes; avx2 is enabled in the caller.
@@ -1049,6 +1099,7 @@ impl WeightTile for TileIQ4NL {
     const SUM_OFFSET: i32 = 0;
     /// The levels + 128 as unsigned bytes.
     const UNSIGNED_OFFSET: i32 = 128;
+    const SIGN_TRICK: bool = true;
     #[inline(always)]
     unsafe fn unpack(&self) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
@@ -1095,6 +1146,19 @@ unsafe fn nibble_dot<D: IntDot>(
             high = D::dot_acc(high, _mm256_and_si256(v, high_mask), x_high);
         }
         _mm256_add_epi32(low, _mm256_srai_epi32::<4>(high))
+    }
+}
+
+/// `offset * sum` in every lane for a power-of-two offset (every tile type's): the sum
+/// broadcast as loaded and shifted, where the product took a scalar multiply, a move into a
+/// vector register and a broadcast from there.
+#[inline(always)]
+pub unsafe fn times_offset(offset: i32, sum: i32) -> __m256i {
+    debug_assert!(offset > 0 && offset.count_ones() == 1);
+    // SAFETY: avx2 is enabled in the caller.
+    unsafe {
+        let shift = _mm_cvtsi32_si128(offset.trailing_zeros() as i32);
+        _mm256_sll_epi32(_mm256_set1_epi32(sum), shift)
     }
 }
 
@@ -1194,30 +1258,23 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
                 (None, true) => t.unpack(),
                 (None, false) => t.unpack_unsigned(),
             };
-            for j in 0..T {
-                let xb = &*x[j].add(b);
-                let xq = xb.qs.as_ptr().cast::<i32>();
+            let xb: [&BlockQ8Act; T] = std::array::from_fn(|j| &*x[j].add(b));
+            let xq = xb.map(|xb| xb.qs.as_ptr().cast::<i32>());
+            let isums = if in_place.is_some() {
+                [_mm256_setzero_si256(); T]
+            } else {
+                let max_u = if D::SATURATES { W::MAX_U } else { 255 };
+                D::dot_tokens::<W, T>(&w, &xq, max_u)
+            };
+            for (j, (xb, isum)) in xb.into_iter().zip(isums).enumerate() {
                 let isum = if let Some(qs) = in_place {
                     // The chain starts at -offset * sum_x instead of subtracting it at the end:
                     // i32 addition is exact, so the integer is the same.
-                    nibble_dot::<D>(qs, xq, _mm256_set1_epi32(-offset * xb.sum))
+                    nibble_dot::<D>(qs, xq[j], _mm256_set1_epi32(-offset * xb.sum))
+                } else if offset != 0 {
+                    _mm256_sub_epi32(isum, times_offset(offset, xb.sum))
                 } else {
-                    let (mut u, mut s) = (w, [_mm256_setzero_si256(); 8]);
-                    for k in 0..8 {
-                        let xk = _mm256_set1_epi32(xq.add(k).read_unaligned());
-                        (u[k], s[k]) = if D::SATURATES {
-                            W::operands(w[k], xk)
-                        } else {
-                            (w[k], xk)
-                        };
-                    }
-                    let max_u = if D::SATURATES { W::MAX_U } else { 255 };
-                    let isum = D::dot_cols(&u, &s, max_u);
-                    if offset != 0 {
-                        _mm256_sub_epi32(isum, _mm256_set1_epi32(offset * xb.sum))
-                    } else {
-                        isum
-                    }
+                    isum
                 };
                 let dx = _mm256_set1_ps(xb.d);
                 let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx));
