@@ -128,7 +128,8 @@ pub struct LayerCache {
     k: CacheData, // (KV heads, cap, head_dim): rows first .. first + rows of each head
     v: CacheData, // (KV heads, cap, head_dim)
     runs: Runs,
-    /// Rows in use in each head's run: positions first .. first + rows.
+    /// Rows in use in each head's run: positions first .. first + rows, which is the cache's
+    /// `len` between forward passes (a forward sets it ahead for the rows it writes).
     rows: usize,
     /// The position of the first row held (0 unless a window let older rows go).
     pub first: usize,
@@ -254,11 +255,14 @@ impl KvCache {
         }
         self.len = n;
         if self.layers.iter().all(|l| l.serves(n)) {
+            for l in &mut self.layers {
+                l.rows = n - l.first;
+            }
             return true;
         }
         self.len = 0;
         for l in &mut self.layers {
-            l.first = 0;
+            (l.first, l.rows) = (0, 0);
         }
         false
     }
@@ -273,7 +277,7 @@ impl KvCache {
 
     /// Rows layer `l` holds (its positions from `first` to `len`).
     pub fn rows_held(&self, l: usize) -> usize {
-        self.len - self.layers[l].first
+        self.layers[l].rows
     }
 
     /// Bytes held for positions in use.
@@ -304,7 +308,6 @@ impl KvCache {
     /// Frees the memory past the positions in use.
     pub fn shrink_to_fit(&mut self) {
         for l in &mut self.layers {
-            l.rows = self.len - l.first;
             l.set_cap(l.rows);
         }
     }
