@@ -858,12 +858,19 @@ pub trait WeightTile: Tile {
         // SAFETY: forwarded to the caller.
         unsafe { self.unpack() }
     }
-    /// Whether [`WeightTile::operands`] is the sign trick (signed weights), not `(w, x)`.
+    /// Signed weights: [`WeightTile::operands`] takes the sign trick.
     const SIGN_TRICK: bool = false;
-    /// (unsigned, signed) operands of [`IntDot::dot_acc`] for unpacked weights and x's quants.
+    /// (unsigned, signed) operands of [`IntDot::dot_acc`] for unpacked weights and x's quants:
+    /// [`sign_trick`] for signed weights, else `(w, x)`. Derived from SIGN_TRICK alone, so a
+    /// kernel that skips this call for unsigned weights (avx2's `dot_tokens`) cannot disagree.
     #[inline(always)]
     unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
-        (w, x)
+        if Self::SIGN_TRICK {
+            // SAFETY: forwarded to the caller.
+            unsafe { sign_trick(w, x) }
+        } else {
+            (w, x)
+        }
     }
     /// The 8 rows' scales and (if HAS_MIN, else zero) minimums as f32: one load each.
     unsafe fn scales(&self) -> (__m256, __m256);
@@ -1051,11 +1058,6 @@ impl WeightTile for TileQ8_0 {
         }
     }
     #[inline(always)]
-    unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: forwarded to the caller.
-        unsafe { sign_trick(w, x) }
-    }
-    #[inline(always)]
     unsafe fn scales(&self) -> (__m256, __m256) {
         // SAFETY: forwarded to the caller.
         unsafe { (load_f16x8(&self.d), _mm256_setzero_ps()) }
@@ -1109,11 +1111,6 @@ impl WeightTile for TileIQ4NL {
     unsafe fn unpack_unsigned(&self) -> [__m256i; 8] {
         // SAFETY: forwarded to the caller.
         unsafe { lookup_levels(unpack_nibble_columns(&self.qs), level_table(-128)) }
-    }
-    #[inline(always)]
-    unsafe fn operands(w: __m256i, x: __m256i) -> (__m256i, __m256i) {
-        // SAFETY: forwarded to the caller.
-        unsafe { sign_trick(w, x) }
     }
     #[inline(always)]
     unsafe fn scales(&self) -> (__m256, __m256) {
