@@ -127,13 +127,13 @@ fn quantize_q8(all: &mut Vec<Case>) {
                 reference::quantize_q8(&x, &mut want);
                 let filler = BlockQ8Act {
                     d: 1.0,
-                    sum: 9,
+                    sums: [9, -9],
                     qs: [5; QK],
                 };
                 let mut got = vec![filler; nb];
                 (k.quantize_q8)(&x, &mut got);
                 for (b, (g, w)) in got.iter().zip(&want).enumerate() {
-                    if !(g.d.to_bits() == w.d.to_bits() && g.sum == w.sum && g.qs == w.qs) {
+                    if !(g.d.to_bits() == w.d.to_bits() && g.sums == w.sums && g.qs == w.qs) {
                         return Err(format!(
                             "[{}]: block {b}: got {g:?}, reference {w:?}",
                             k.name

@@ -97,14 +97,14 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
             .iter()
             .fold(0.0f32, |m, v| if v.abs() > m { v.abs() } else { m });
         let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
-        let mut sum = 0i32;
-        for (q, &v) in block.qs.iter_mut().zip(xb) {
+        let mut sums = [0i16; 2];
+        for (i, (q, &v)) in block.qs.iter_mut().zip(xb).enumerate() {
             // |v * id| <= 127 up to one rounding, and `as` saturates: q stays in [-127, 127].
             *q = ((v * id).round_ties_even() as i32).clamp(-127, 127) as i8;
-            sum += *q as i32;
+            sums[i / 16] += i16::from(*q);
         }
         block.d = amax / 127.0;
-        block.sum = sum;
+        block.sums = sums;
     }
 }
 
@@ -120,7 +120,7 @@ fn step_q4_0(acc: f32, wb: &BlockQ4_0, xb: &BlockQ8Act) -> f32 {
 fn step_q4_1(acc: f32, wb: &BlockQ4_1, xb: &BlockQ8Act) -> f32 {
     let isum = dot_i8_block(&unpack_nibbles(&wb.qs, 0), &xb.qs);
     let dx = xb.d;
-    acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum as f32 * (f16_to_f32(wb.m) * dx))
+    acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum() as f32 * (f16_to_f32(wb.m) * dx))
 }
 
 /// The 32 values of a 5-bit block, minus `offset` (16 for Q5_0, 0 for Q5_1: 0..=31 fits i8).
@@ -141,7 +141,7 @@ fn step_q5_0(acc: f32, wb: &BlockQ5_0, xb: &BlockQ8Act) -> f32 {
 fn step_q5_1(acc: f32, wb: &BlockQ5_1, xb: &BlockQ8Act) -> f32 {
     let isum = dot_i8_block(&unpack_q5(wb.qh, &wb.qs, 0), &xb.qs);
     let dx = xb.d;
-    acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum as f32 * (f16_to_f32(wb.m) * dx))
+    acc + (isum as f32 * (f16_to_f32(wb.d) * dx) + xb.sum() as f32 * (f16_to_f32(wb.m) * dx))
 }
 
 /// Rule 4, one Q8_0 block.

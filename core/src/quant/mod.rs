@@ -261,15 +261,32 @@ pub struct BlockQ8_0 {
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 
 /// An activation block for the quantized matmuls (contract rule 3, ARCHITECTURE.md): not a file
-/// format, so the scale stays f32 and the sum of the quants is precomputed for Q4_1.
+/// format, so the scale stays f32 and the sums of the quants are precomputed, per 16-element half
+/// because the K-quants scale each half on its own (Q4_1's whole-block sum is their sum).
 #[repr(C, align(4))]
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BlockQ8Act {
     pub d: f32,
-    pub sum: i32,
+    /// `[Σ qs[..16], Σ qs[16..]]`, each within ±16 * 127.
+    pub sums: [i16; 2],
     pub qs: [i8; QK],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8Act>() == 40);
+
+impl BlockQ8Act {
+    /// Σ of all 32 quants, exact.
+    #[inline(always)]
+    pub fn sum(&self) -> i32 {
+        i32::from(self.sums[0]) + i32::from(self.sums[1])
+    }
+
+    /// The half sums as one i32 (first half in the low 16 bits), ready to broadcast against
+    /// per-half i16 pairs in a `madd`: the field's own bytes, read as one word.
+    #[inline(always)]
+    pub fn sums_pair(&self) -> i32 {
+        i32::from(self.sums[0] as u16) | (i32::from(self.sums[1]) << 16)
+    }
+}
 
 /// f16 bits -> f32, exact. Written out rather than `half`'s, which checks the CPU for F16C on
 /// every call (this sits in the attention and dot loops).

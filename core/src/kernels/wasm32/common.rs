@@ -399,10 +399,11 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
             let r = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v[k], id)));
             i32x4_min(i32x4_max(r, i32x4_splat(-127)), i32x4_splat(127))
         });
-        let total = i32x4_add(
+        // q[0..4] hold the first 16 quants; every half sum is within ±16 * 127.
+        let halves = [
             i32x4_add(i32x4_add(q[0], q[1]), i32x4_add(q[2], q[3])),
             i32x4_add(i32x4_add(q[4], q[5]), i32x4_add(q[6], q[7])),
-        );
+        ];
         let lo = i8x16_narrow_i16x8(
             i16x8_narrow_i32x4(q[0], q[1]),
             i16x8_narrow_i32x4(q[2], q[3]),
@@ -418,7 +419,7 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
             v128_store(qs_hi.as_mut_ptr().cast(), hi);
         }
         block.d = amax / 127.0;
-        block.sum = hsum_i32x4(total);
+        block.sums = halves.map(|h| hsum_i32x4(h) as i16);
     }
 }
 
@@ -985,11 +986,11 @@ fn accumulate<D: IntDot<W>, W: WeightTile>(
     xb: &BlockQ8Act,
 ) -> [v128; 2] {
     if D::OFFSET != 0 {
-        let offset = i32x4_splat(D::OFFSET * xb.sum);
+        let offset = i32x4_splat(D::OFFSET * xb.sum());
         isum = isum.map(|s| i32x4_sub(s, offset));
     }
     let dx = f32x4_splat(xb.d);
-    let sum_x = f32x4_splat(xb.sum as f32);
+    let sum_x = f32x4_splat(xb.sum() as f32);
     std::array::from_fn(|h| {
         let mut term = f32x4_mul(f32x4_convert_i32x4(isum[h]), f32x4_mul(d[h], dx));
         if W::HAS_MIN {
@@ -1341,8 +1342,7 @@ fn sub_block_ints<D: KIntDot, W: KWeightTile, const T: usize>(
     let m = if W::HAS_MIN { t.mins(j) } else { s };
     x.map(|xb| {
         let xa = D::activations(xb);
-        let sx0: i32 = xb.qs[..16].iter().map(|&q| q as i32).sum();
-        let sx1 = xb.sum - sx0;
+        let [sx0, sx1] = xb.sums.map(i32::from);
         std::array::from_fn(|h| {
             let (mut isum0, mut isum1) = if W::SIGNED {
                 (

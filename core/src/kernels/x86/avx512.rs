@@ -90,13 +90,13 @@ impl common::IntDot for DpbusdEvex {
                         isum = _mm512_dpbusd_epi32(isum, *wk, xk);
                     }
                     if offset != 0 {
-                        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * xb.sum));
+                        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * xb.sum()));
                     }
                     let dx = _mm512_set1_ps(xb.d);
                     let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx));
                     if W::HAS_MIN {
                         let min_term =
-                            _mm512_mul_ps(_mm512_set1_ps(xb.sum as f32), _mm512_mul_ps(m, dx));
+                            _mm512_mul_ps(_mm512_set1_ps(xb.sum() as f32), _mm512_mul_ps(m, dx));
                         term = _mm512_add_ps(term, min_term);
                     }
                     acc[j] = _mm512_add_ps(acc[j], term);
@@ -218,7 +218,7 @@ unsafe fn k_pair_token<W: common::KWeightTile>(
                 two[k % 2] = _mm512_dpbusd_epi32(two[k % 2], *wk, xk);
             }
             let isum = _mm512_add_epi32(two[0], two[1]);
-            let imin = _mm512_madd_epi16(m0, _mm512_set1_epi32(xb.sum));
+            let imin = _mm512_madd_epi16(m0, _mm512_set1_epi32(xb.sum()));
             (_mm512_mullo_epi32(s0, isum), imin)
         } else {
             // Per half: s0 * isum_0 + s1 * isum_1, and the offset and minimum terms as one
@@ -228,8 +228,7 @@ unsafe fn k_pair_token<W: common::KWeightTile>(
                 let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
                 isum[k / 4] = _mm512_dpbusd_epi32(isum[k / 4], *wk, xk);
             }
-            let sx0 = common::half_sum(&xb.qs);
-            let sx01 = _mm512_set1_epi32((sx0 & 0xffff) | ((xb.sum - sx0) << 16));
+            let sx01 = _mm512_set1_epi32(xb.sums_pair());
             let mut iscaled = _mm512_add_epi32(
                 _mm512_mullo_epi32(s0, isum[0]),
                 _mm512_mullo_epi32(s1, isum[1]),

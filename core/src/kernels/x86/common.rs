@@ -461,8 +461,8 @@ pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
                 );
                 q[k] = _mm256_cvtps_epi32(r);
             }
-            let total =
-                _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            // q[0], q[1] hold the first 16 quants; every half sum is within ±16 * 127.
+            let halves = [_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])];
             let bytes = _mm256_packs_epi16(
                 _mm256_packs_epi32(q[0], q[1]),
                 _mm256_packs_epi32(q[2], q[3]),
@@ -472,7 +472,7 @@ pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8Act]) {
                 _mm256_permutevar8x32_epi32(bytes, order),
             );
             block.d = amax / 127.0;
-            block.sum = hsum_epi32(total);
+            block.sums = halves.map(|h| hsum_epi32(h) as i16);
         }
     }
 }
@@ -1267,9 +1267,9 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
                 let isum = if let Some(qs) = in_place {
                     // The chain starts at -offset * sum_x instead of subtracting it at the end:
                     // i32 addition is exact, so the integer is the same.
-                    nibble_dot::<D>(qs, xq[j], _mm256_set1_epi32(-offset * xb.sum))
+                    nibble_dot::<D>(qs, xq[j], _mm256_set1_epi32(-offset * xb.sum()))
                 } else if offset != 0 {
-                    _mm256_sub_epi32(isum, times_offset(offset, xb.sum))
+                    _mm256_sub_epi32(isum, times_offset(offset, xb.sum()))
                 } else {
                     isum
                 };
@@ -1277,7 +1277,7 @@ unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
                 let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx));
                 if W::HAS_MIN {
                     let min_term =
-                        _mm256_mul_ps(_mm256_set1_ps(xb.sum as f32), _mm256_mul_ps(m, dx));
+                        _mm256_mul_ps(_mm256_set1_ps(xb.sum() as f32), _mm256_mul_ps(m, dx));
                     term = _mm256_add_ps(term, min_term);
                 }
                 acc[j] = _mm256_add_ps(acc[j], term);
@@ -2097,21 +2097,6 @@ impl KWeightTile for TileIQ4XS {
     }
 }
 
-/// Σ of an activation block's first 16 quants (the first half's `sum_x`), exact.
-///
-/// # Safety
-/// avx2 must be enabled in the caller.
-#[inline(always)]
-pub unsafe fn half_sum(qs: &[i8; 32]) -> i32 {
-    // SAFETY: 16 readable bytes; avx2 is enabled in the caller.
-    unsafe {
-        // Bytes + 128 are unsigned; `sad` against zero sums each 8 of them into a u64.
-        let v = _mm_xor_si128(_mm_loadu_si128(qs.as_ptr().cast()), _mm_set1_epi8(-128));
-        let sums = _mm_sad_epu8(v, _mm_setzero_si128());
-        _mm_cvtsi128_si32(_mm_add_epi32(sums, _mm_unpackhi_epi64(sums, sums))) - 16 * 128
-    }
-}
-
 /// Sub-block j of tile `t` against T tokens (`x[i]` is token i's activation block j of this
 /// super-block): the exact integers of rule 4, (iscaled, imin) per token, one i32 lane per row.
 #[inline(always)]
@@ -2161,7 +2146,7 @@ unsafe fn sub_block_ints<D: IntDot, W: KWeightTile, const T: usize>(
                 if times_16.is_some() {
                     iscaled = _mm256_srai_epi32::<4>(iscaled);
                 }
-                (iscaled, _mm256_madd_epi16(m0, _mm256_set1_epi32(xb.sum)))
+                (iscaled, _mm256_madd_epi16(m0, _mm256_set1_epi32(xb.sum())))
             } else {
                 // Per lane the i16 pairs (s0, s1) and (m0, m1): one `madd` against a token's
                 // (sum_x0, sum_x1) gives s0 * sum_x0 + s1 * sum_x1 (|sum_x| <= 16 * 127).
@@ -2177,9 +2162,7 @@ unsafe fn sub_block_ints<D: IntDot, W: KWeightTile, const T: usize>(
                     xs[..4].try_into().unwrap_unchecked(),
                     xs[4..].try_into().unwrap_unchecked(),
                 );
-                let sx0 = half_sum(&xb.qs);
-                let sx1 = xb.sum - sx0;
-                let sx01 = _mm256_set1_epi32((sx0 & 0xffff) | (sx1 << 16));
+                let sx01 = _mm256_set1_epi32(xb.sums_pair());
                 let mut iscaled = _mm256_add_epi32(
                     D::dot_cols_scaled(w0, x0, W::MAX_Q, s0),
                     D::dot_cols_scaled(w1, x1, W::MAX_Q, s1),
