@@ -1204,26 +1204,32 @@ fn prefetch_bytes<W>(
     }
 }
 
-/// Asks for every 64-byte line of the `W` that lies `bytes` past `tile` (0: nothing). A
-/// prefetch never faults: past the end of the tiles the address need not point into anything.
+/// Asks for every 64-byte line of the `W` that lies `bytes` past `tile` (0: nothing).
 #[inline(always)]
 pub fn prefetch_tile<W>(tile: *const W, bytes: usize) {
-    if bytes != 0 {
-        let ahead = tile.cast::<u8>().wrapping_add(bytes);
-        for line in (0..std::mem::size_of::<W>()).step_by(64) {
-            super::prefetch(ahead.wrapping_add(line));
-        }
-    }
+    prefetch_lines(tile, bytes, 0..lines_of::<W>());
 }
 
 /// Half `half` (0 or 1) of [`prefetch_tile`]'s lines: a K-quant tile is 18-27 lines, and asked
 /// for at once they arrive in bursts the one-token matmul then waits on ([`tile_k`]).
 #[inline(always)]
 pub fn prefetch_tile_half<W>(tile: *const W, bytes: usize, half: usize) {
+    let lines = lines_of::<W>();
+    prefetch_lines(tile, bytes, half * lines / 2..(half + 1) * lines / 2);
+}
+
+/// 64-byte lines from the start of a `W` to its end (the last one partly past it).
+const fn lines_of<W>() -> usize {
+    std::mem::size_of::<W>().div_ceil(64)
+}
+
+/// Lines `lines` of the `W` that lies `bytes` past `tile` (0: nothing). A prefetch never faults:
+/// past the end of the tiles the address need not point into anything.
+#[inline(always)]
+fn prefetch_lines<W>(tile: *const W, bytes: usize, lines: std::ops::Range<usize>) {
     if bytes != 0 {
         let ahead = tile.cast::<u8>().wrapping_add(bytes);
-        let lines = std::mem::size_of::<W>().div_ceil(64);
-        for line in (half * lines / 2)..((half + 1) * lines / 2) {
+        for line in lines {
             super::prefetch(ahead.wrapping_add(64 * line));
         }
     }
