@@ -25,9 +25,9 @@ impl common::IntDot for Maddubs {
     /// in turn, then one widening per token, so 4 tokens' sums fit in registers beside the tile
     /// (token by token held all 8 columns and spilled 3 tokens' f32 sums to the stack). 64
     /// tokens by a 5632 x 2048 Q4_0 matrix, 1 thread on Zen 3: 3.8-4.2 -> 3.2-3.5 ns per (tile,
-    /// token) with [`common::times_offset`]; TinyLlama-shape Q4_0 prefill of 64 tokens, 1
-    /// thread, alternated: 72.3-72.6 -> 77.6-79.1 tok/s. Otherwise token by token
-    /// ([`common::dot_tokens_each`]).
+    /// token) with the offset term kept in vector registers ([`common::times_sum`]);
+    /// TinyLlama-shape Q4_0 prefill of 64 tokens, 1 thread, alternated: 72.3-72.6 -> 77.6-79.1
+    /// tok/s. Otherwise token by token ([`common::dot_tokens_each`]).
     #[inline(always)]
     unsafe fn dot_tokens<W: common::WeightTile, const T: usize>(
         w: &[__m256i; 8],
