@@ -90,6 +90,8 @@ pub trait IntDot: Sized {
 
     /// Whether [`IntDot::tile_pair`] runs two row groups (16 rows) per pass.
     const PAIRS: bool = false;
+    /// Whether [`IntDot::tile_k_pair`] does, for the K-quants.
+    const K_PAIRS: bool = Self::PAIRS;
 
     /// Rule 6 for head_dim = 8 * N: [`attention`], unless the backend has a twin on wider
     /// registers.
@@ -1249,7 +1251,7 @@ fn prefetch_lines<W>(tile: *const W, bytes: usize, lines: std::ops::Range<usize>
 /// (`x[t]` points at token t's first block of the span), continuing the sums `acc` (zero at the
 /// first span). Lane r of result t is reference::dot_*_q8(row r, token t) over the blocks so far.
 #[inline(always)]
-unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
+pub unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
     tiles: *const W,
     x: &[*const BlockQ8Act; T],
     nb: usize,
@@ -1481,7 +1483,7 @@ struct SuperBlockPass<D>(std::marker::PhantomData<D>);
 impl<D: IntDot, W: KWeightTile> Pass<W> for SuperBlockPass<D> {
     const BLOCKS: usize = 8;
     const TOKENS: usize = 4;
-    const PAIRS: bool = D::PAIRS && !W::SIGNED;
+    const PAIRS: bool = D::K_PAIRS && !W::SIGNED;
     const PAIR_TOKENS: usize = 8;
 
     #[inline(always)]
@@ -1550,8 +1552,9 @@ unsafe fn matmul_tiles<P: Pass<W>, W: Tile>(
             let later_span = walk.start > 0;
             let mut g = first_row / ROWS;
             while g < g_end {
-                // 16 rows (two groups) per pass when the backend has 512-bit registers and
-                // there is a batch to share the joined tiles: for a few tokens (decode, a
+                // 16 rows (two groups) per pass when the backend has pairs (512-bit registers;
+                // avx2's per-block 4-bit types) and there is a batch to share the joined tiles
+                // or the broadcasts: for a few tokens (decode, a
                 // speculative verify) the joining costs more than it saves (SmolLM2 decode on
                 // avx512: 108 -> 184 tok/s at 1 thread after 50 tokens, 132 -> 168 at 2 threads
                 // after 500, with single groups; a forward of 4 tokens at 1 thread on Zen 4:
