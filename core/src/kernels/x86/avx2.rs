@@ -36,7 +36,7 @@ impl common::IntDot for Maddubs {
     ) -> [__m256i; T] {
         // SAFETY: 32 readable bytes behind each xq[t]; avx2 is enabled in the caller.
         unsafe {
-            if W::SIGN_TRICK || pair_group(max_u) < 8 {
+            if !columns_share_i16::<W>(max_u) {
                 return common::dot_tokens_each::<Self, W, T>(w, xq, max_u);
             }
             let mut pairs = [_mm256_setzero_si256(); T];
@@ -62,11 +62,11 @@ impl common::IntDot for Maddubs {
     /// whose 8 columns' pair sums fit in i16 (Q4_0, Q4_1) go a 32-byte chunk of both tiles at a
     /// time (its low and high nibbles are columns c and 4 + c), each token's two activation
     /// columns broadcast once for both groups, into one i16 sum per (group, token); then per
-    /// token its offset, scale and `sum_x` once for both groups, and each lane's f32 step as
-    /// tile takes it. Broadcasts per (tile, token) halve, 8 -> 4: TinyLlama-shape Q4_0 prefill
-    /// of 64 tokens, 1 thread on Zen 3 (EPYC family 25 model 1), three alternated rounds, 76.3-79.2
-    /// -> 87.6-88.5 tok/s. Other types take common::tile group by group. Starts from the sums
-    /// in `lanes` and leaves the new ones there.
+    /// token its offset once for both groups, and each lane's f32 step as tile takes it
+    /// (common::block_step). Broadcasts per (tile, token) halve, 8 -> 4: TinyLlama-shape Q4_0
+    /// prefill of 64 tokens, 1 thread on Zen 3 (EPYC family 25 model 1), three alternated
+    /// rounds, 76.3-79.2 -> 87.6-88.5 tok/s. Other types take common::tile group by group.
+    /// Starts from the sums in `lanes` and leaves the new ones there.
     #[inline(always)]
     unsafe fn tile_pair<W: common::WeightTile, const T: usize>(
         tiles: *const W,
@@ -84,33 +84,26 @@ impl common::IntDot for Maddubs {
                     *a = _mm256_loadu_ps(lane.as_ptr().add(h * common::ROWS));
                 }
             }
-            let shared = !W::SIGN_TRICK
-                && pair_group(W::MAX_U) >= 8
-                && nb > 0
-                && (*tiles).nibbles().is_some();
+            let shared = columns_share_i16::<W>(W::MAX_U) && nb > 0 && (*tiles).nibbles().is_some();
             if !shared {
                 for (h, acc) in acc.iter_mut().enumerate() {
                     *acc = common::tile::<Self, W, T>(tiles.add(h * nb), x, nb, prefetch, *acc);
                 }
             } else {
-                let (offset, mask) = (W::SUM_OFFSET, _mm256_set1_epi8(0x0f));
+                let offset = W::SUM_OFFSET;
                 for b in 0..nb {
                     let groups = [&*tiles.add(b), &*tiles.add(nb + b)];
                     for g in groups {
                         common::prefetch_tile(g, prefetch);
                     }
-                    let qs = groups.map(|g| g.nibbles().unwrap_unchecked().as_ptr());
+                    let qs = groups.map(|g| g.nibbles().unwrap_unchecked());
                     let xb: [&BlockQ8Act; T] = std::array::from_fn(|j| &*x[j].add(b));
                     let xq = xb.map(|xb| xb.qs.as_ptr().cast::<i32>());
                     let mut pairs = [[_mm256_setzero_si256(); T]; 2];
                     for c in 0..4 {
                         let mut w = [[_mm256_setzero_si256(); 2]; 2];
                         for (w, qs) in w.iter_mut().zip(qs) {
-                            let v = _mm256_loadu_si256(qs.add(32 * c).cast());
-                            *w = [
-                                _mm256_and_si256(v, mask),
-                                _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask),
-                            ];
+                            *w = common::nibble_chunk(qs, c);
                         }
                         for (j, &xq) in xq.iter().enumerate() {
                             let low = _mm256_set1_epi32(xq.add(c).read_unaligned());
@@ -127,20 +120,12 @@ impl common::IntDot for Maddubs {
                     let scales = groups.map(|g| g.scales());
                     for (j, xb) in xb.into_iter().enumerate() {
                         let off = common::times_sum(common::i16_pairs(offset), xb);
-                        let sum_x = _mm256_cvtepi32_ps(common::times_sum(common::i16_pairs(1), xb));
-                        let dx = _mm256_set1_ps(xb.d);
-                        for ((acc, p), (d, m)) in acc.iter_mut().zip(&pairs).zip(scales) {
+                        for ((acc, p), scales) in acc.iter_mut().zip(&pairs).zip(scales) {
                             let mut isum = _mm256_madd_epi16(p[j], _mm256_set1_epi16(1));
                             if offset != 0 {
                                 isum = _mm256_sub_epi32(isum, off);
                             }
-                            let mut term =
-                                _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx));
-                            if W::HAS_MIN {
-                                let min_term = _mm256_mul_ps(sum_x, _mm256_mul_ps(m, dx));
-                                term = _mm256_add_ps(term, min_term);
-                            }
-                            acc[j] = _mm256_add_ps(acc[j], term);
+                            acc[j] = common::block_step::<W>(acc[j], isum, scales, xb);
                         }
                     }
                 }
@@ -198,6 +183,13 @@ impl common::IntDot for Maddubs {
             acc
         }
     }
+}
+
+/// Whether a tile's 8 columns of `maddubs` pair sums add up in one i16 per token, with no sign
+/// trick (4-bit quants): the column-outermost batch loops' condition.
+#[inline(always)]
+fn columns_share_i16<W: common::WeightTile>(max_u: i32) -> bool {
+    !W::SIGN_TRICK && pair_group(max_u) >= 8
 }
 
 /// Columns whose `maddubs` pair sums (each at most `2 * max_u * 127` in magnitude) add up

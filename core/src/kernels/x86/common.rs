@@ -890,14 +890,26 @@ pub trait WeightTile: Tile {
 unsafe fn unpack_nibble_columns(qs: &[u8; ROWS * QK / 2]) -> [__m256i; 8] {
     // SAFETY: 128 readable bytes; avx2 is enabled in the caller.
     unsafe {
-        let low = _mm256_set1_epi8(15);
         let mut out = [_mm256_setzero_si256(); 8];
         for c in 0..4 {
-            let v = _mm256_loadu_si256(qs.as_ptr().add(32 * c).cast());
-            out[c] = _mm256_and_si256(v, low);
-            out[4 + c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+            [out[c], out[4 + c]] = nibble_chunk(qs, c);
         }
         out
+    }
+}
+
+/// Chunk c (32 bytes) of [`unpack_nibble_columns`]' layout as its two columns: the low nibbles
+/// (column c) and the high ones (column 4 + c).
+#[inline(always)]
+pub unsafe fn nibble_chunk(qs: &[u8; ROWS * QK / 2], c: usize) -> [__m256i; 2] {
+    // SAFETY: c < 4 keeps the 32 bytes inside qs; avx2 is enabled in the caller.
+    unsafe {
+        let low = _mm256_set1_epi8(15);
+        let v = _mm256_loadu_si256(qs.as_ptr().add(32 * c).cast());
+        [
+            _mm256_and_si256(v, low),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+        ]
     }
 }
 
@@ -1304,18 +1316,35 @@ pub unsafe fn tile<D: IntDot, W: WeightTile, const T: usize>(
                 } else {
                     isum
                 };
-                let dx = _mm256_set1_ps(xb.d);
-                let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx));
-                if W::HAS_MIN {
-                    // Σx as f32, exact (|Σx| <= 32 * 127).
-                    let sum_x = _mm256_cvtepi32_ps(times_sum(i16_pairs(1), xb));
-                    let min_term = _mm256_mul_ps(sum_x, _mm256_mul_ps(m, dx));
-                    term = _mm256_add_ps(term, min_term);
-                }
-                acc[j] = _mm256_add_ps(acc[j], term);
+                acc[j] = block_step::<W>(acc[j], isum, (d, m), xb);
             }
         }
         acc
+    }
+}
+
+/// Rule 4's f32 step of one block for 8 rows and one token `xb`: `acc + (isum * (d * dx) +
+/// sum_x * (m * dx))`, the minimum term only where the type has one; `isum` is the block's
+/// exact integer dot with its offset taken, `(d, m)` the tile's [`WeightTile::scales`]. Shared
+/// by [`tile`] and the avx2 paired pass.
+#[inline(always)]
+pub unsafe fn block_step<W: WeightTile>(
+    acc: __m256,
+    isum: __m256i,
+    (d, m): (__m256, __m256),
+    xb: &BlockQ8Act,
+) -> __m256 {
+    // SAFETY: avx2 is enabled in the caller.
+    unsafe {
+        let dx = _mm256_set1_ps(xb.d);
+        let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dx));
+        if W::HAS_MIN {
+            // Σx as f32, exact (|Σx| <= 32 * 127).
+            let sum_x = _mm256_cvtepi32_ps(times_sum(i16_pairs(1), xb));
+            let min_term = _mm256_mul_ps(sum_x, _mm256_mul_ps(m, dx));
+            term = _mm256_add_ps(term, min_term);
+        }
+        _mm256_add_ps(acc, term)
     }
 }
 
