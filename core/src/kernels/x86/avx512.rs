@@ -67,6 +67,7 @@ impl common::IntDot for DpbusdEvex {
                 *a = _mm512_loadu_ps(lane.as_ptr());
             }
             let offset = W::UNSIGNED_OFFSET;
+            let (offsets, ones) = (_mm512_set1_epi16(offset as i16), _mm512_set1_epi16(1));
             for b in 0..nb {
                 for g in [tiles.add(b), tiles.add(nb + b)] {
                     common::prefetch_tile(g, prefetch);
@@ -89,14 +90,16 @@ impl common::IntDot for DpbusdEvex {
                         let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
                         isum = _mm512_dpbusd_epi32(isum, *wk, xk);
                     }
+                    // offset * Σx and Σx from the half sums, as common::times_sum does.
+                    let sums = _mm512_set1_epi32(xb.sums_pair());
                     if offset != 0 {
-                        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(offset * xb.sum()));
+                        isum = _mm512_sub_epi32(isum, _mm512_madd_epi16(offsets, sums));
                     }
                     let dx = _mm512_set1_ps(xb.d);
                     let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx));
                     if W::HAS_MIN {
-                        let min_term =
-                            _mm512_mul_ps(_mm512_set1_ps(xb.sum() as f32), _mm512_mul_ps(m, dx));
+                        let sum_x = _mm512_cvtepi32_ps(_mm512_madd_epi16(ones, sums));
+                        let min_term = _mm512_mul_ps(sum_x, _mm512_mul_ps(m, dx));
                         term = _mm512_add_ps(term, min_term);
                     }
                     acc[j] = _mm512_add_ps(acc[j], term);
@@ -174,16 +177,19 @@ unsafe fn k_pair_sub_block<W: common::KWeightTile, const T: usize, const J: usiz
         }
         let ((s0a, s1a), (s0b, s1b)) = (t0.scales(J), t1.scales(J));
         let (s0, s1) = (join_si(s0a, s0b), join_si(s1a, s1b));
-        let (m0, m1) = if W::HAS_MIN {
+        // The i16 pairs (s0, s1) and (m0, m1) the `madd`s take against each token's half sums
+        // (for shared halves (m, m): m * s0 + m * s1 = m * Σx).
+        let s01 = i16_pairs(s0, s1);
+        let m01 = if W::HAS_MIN {
             let ((m0a, m1a), (m0b, m1b)) = (t0.mins(J), t1.mins(J));
-            (join_si(m0a, m0b), join_si(m1a, m1b))
+            i16_pairs(join_si(m0a, m0b), join_si(m1a, m1b))
         } else {
-            (s0, s1)
+            s01
         };
         // Every token's step spelled out (constant indices keep the sums in registers; a loop
         // over the tokens kept them on the stack).
         const { assert!(T <= 8, "the pass spells out at most 8 tokens") };
-        let scales = (s0, s1, m0, m1);
+        let scales = (s0, s1, s01, m01);
         macro_rules! tokens {
             ($($i:literal)+) => {$(
                 if $i < T {
@@ -200,7 +206,7 @@ unsafe fn k_pair_sub_block<W: common::KWeightTile, const T: usize, const J: usiz
 #[inline(always)]
 unsafe fn k_pair_token<W: common::KWeightTile>(
     w: &[__m512i; 8],
-    (s0, s1, m0, m1): (__m512i, __m512i, __m512i, __m512i),
+    (s0, s1, s01, m01): (__m512i, __m512i, __m512i, __m512i),
     (d, neg_dmin): (__m512, __m512),
     xb: &BlockQ8Act,
     a: &mut __m512,
@@ -208,42 +214,40 @@ unsafe fn k_pair_token<W: common::KWeightTile>(
     // SAFETY: avx512f, bw and vnni are enabled in the caller; the block is readable.
     unsafe {
         let xq = xb.qs.as_ptr().cast::<i32>();
-        let (iscaled, imin) = if W::SHARED_HALVES {
-            // s0 == s1, m0 == m1: s * isum and m * sum_x (m in each lane's low i16). The sum
-            // runs as two chains (even and odd k) to halve the vpdpbusd latency chain; i32
-            // addition wraps, so the split gives the same integer.
+        // The minimum term as one `madd` of the i16 pairs (m0, m1) against (sum_x0, sum_x1).
+        let sx01 = _mm512_set1_epi32(xb.sums_pair());
+        let imin = if W::HAS_MIN {
+            _mm512_madd_epi16(m01, sx01)
+        } else {
+            _mm512_setzero_si512()
+        };
+        let iscaled = if W::SHARED_HALVES {
+            // s0 == s1: s * isum. The sum runs as two chains (even and odd k) to halve the
+            // vpdpbusd latency chain; i32 addition wraps, so the split gives the same integer.
             let mut two = [_mm512_setzero_si512(); 2];
             for (k, wk) in w.iter().enumerate() {
                 let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
                 two[k % 2] = _mm512_dpbusd_epi32(two[k % 2], *wk, xk);
             }
-            let isum = _mm512_add_epi32(two[0], two[1]);
-            let imin = _mm512_madd_epi16(m0, _mm512_set1_epi32(xb.sum()));
-            (_mm512_mullo_epi32(s0, isum), imin)
+            _mm512_mullo_epi32(s0, _mm512_add_epi32(two[0], two[1]))
         } else {
-            // Per half: s0 * isum_0 + s1 * isum_1, and the offset and minimum terms as one
-            // `madd` of the i16 pairs (s0, s1), (m0, m1) against (sum_x0, sum_x1).
+            // Per half: s0 * isum_0 + s1 * isum_1, and the offset term as one `madd` of the
+            // i16 pairs (s0, s1) against (sum_x0, sum_x1).
             let mut isum = [_mm512_setzero_si512(); 2];
             for (k, wk) in w.iter().enumerate() {
                 let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
                 isum[k / 4] = _mm512_dpbusd_epi32(isum[k / 4], *wk, xk);
             }
-            let sx01 = _mm512_set1_epi32(xb.sums_pair());
             let mut iscaled = _mm512_add_epi32(
                 _mm512_mullo_epi32(s0, isum[0]),
                 _mm512_mullo_epi32(s1, isum[1]),
             );
             if W::OFFSET != 0 {
-                let offsets = _mm512_madd_epi16(i16_pairs(s0, s1), sx01);
+                let offsets = _mm512_madd_epi16(s01, sx01);
                 let offsets = _mm512_mullo_epi32(offsets, _mm512_set1_epi32(W::OFFSET));
                 iscaled = _mm512_sub_epi32(iscaled, offsets);
             }
-            let imin = if W::HAS_MIN {
-                _mm512_madd_epi16(i16_pairs(m0, m1), sx01)
-            } else {
-                _mm512_setzero_si512()
-            };
-            (iscaled, imin)
+            iscaled
         };
         let dx = _mm512_set1_ps(xb.d);
         let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(iscaled), _mm512_mul_ps(d, dx));
