@@ -82,28 +82,18 @@ impl common::IntDot for DpbusdEvex {
                 for k in 0..8 {
                     w[k] = join_si(w0[k], w1[k]);
                 }
-                for j in 0..T {
-                    let xb = &*x[j].add(b);
-                    let xq = xb.qs.as_ptr().cast::<i32>();
-                    let mut isum = _mm512_setzero_si512();
-                    for (k, wk) in w.iter().enumerate() {
-                        let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
-                        isum = _mm512_dpbusd_epi32(isum, *wk, xk);
-                    }
-                    // offset * Σx and Σx from the half sums, as common::times_sum does.
-                    let sums = _mm512_set1_epi32(xb.sums_pair());
-                    if offset != 0 {
-                        isum = _mm512_sub_epi32(isum, _mm512_madd_epi16(offsets, sums));
-                    }
-                    let dx = _mm512_set1_ps(xb.d);
-                    let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx));
-                    if W::HAS_MIN {
-                        let sum_x = _mm512_cvtepi32_ps(_mm512_madd_epi16(ones, sums));
-                        let min_term = _mm512_mul_ps(sum_x, _mm512_mul_ps(m, dx));
-                        term = _mm512_add_ps(term, min_term);
-                    }
-                    acc[j] = _mm512_add_ps(acc[j], term);
+                // Every token's step spelled out, as in k_pair_sub_block: a loop over the tokens
+                // kept the sums on the stack, a load, add and store per (block, token).
+                const { assert!(T <= 8, "the pass spells out at most 8 tokens") };
+                let factors = (d, m, offsets, ones);
+                macro_rules! tokens {
+                    ($($i:literal)+) => {$(
+                        if $i < T {
+                            pair_token::<W>(&w, factors, &*x[$i].add(b), &mut acc[$i]);
+                        }
+                    )+};
                 }
+                tokens!(0 1 2 3 4 5 6 7);
             }
             for (lane, a) in lanes.iter_mut().zip(acc) {
                 _mm512_storeu_ps(lane.as_mut_ptr(), a);
@@ -154,6 +144,42 @@ impl common::IntDot for DpbusdEvex {
                 _mm512_storeu_ps(lane.as_mut_ptr(), a);
             }
         }
+    }
+}
+
+/// One token's step of [`DpbusdEvex::tile_pair`] for block `xb`: common::tile's integer dot
+/// and f32 step on 16 lanes into `a` (`factors`: the joined d and m, then `offset` and 1 in both
+/// i16 halves of every lane).
+#[inline(always)]
+unsafe fn pair_token<W: common::WeightTile>(
+    w: &[__m512i; 8],
+    (d, m, offsets, ones): (__m512, __m512, __m512i, __m512i),
+    xb: &BlockQ8Act,
+    a: &mut __m512,
+) {
+    // SAFETY: avx512f, bw and vnni are enabled in the caller; the block is readable.
+    unsafe {
+        let xq = xb.qs.as_ptr().cast::<i32>();
+        // Two chains (even and odd k) halve the vpdpbusd latency chain; i32 addition wraps,
+        // so the split gives the same integer.
+        let mut two = [_mm512_setzero_si512(); 2];
+        for (k, wk) in w.iter().enumerate() {
+            let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
+            two[k % 2] = _mm512_dpbusd_epi32(two[k % 2], *wk, xk);
+        }
+        let mut isum = _mm512_add_epi32(two[0], two[1]);
+        // offset * Σx and Σx from the half sums, as common::times_sum does.
+        let sums = _mm512_set1_epi32(xb.sums_pair());
+        if W::UNSIGNED_OFFSET != 0 {
+            isum = _mm512_sub_epi32(isum, _mm512_madd_epi16(offsets, sums));
+        }
+        let dx = _mm512_set1_ps(xb.d);
+        let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx));
+        if W::HAS_MIN {
+            let sum_x = _mm512_cvtepi32_ps(_mm512_madd_epi16(ones, sums));
+            term = _mm512_add_ps(term, _mm512_mul_ps(sum_x, _mm512_mul_ps(m, dx)));
+        }
+        *a = _mm512_add_ps(*a, term);
     }
 }
 
