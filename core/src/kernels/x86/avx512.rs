@@ -317,7 +317,7 @@ unsafe fn join_si(a: __m256i, b: __m256i) -> __m512i {
 /// tokens 10.0-11.0 ms against 10.1-11.2 (medians of three alternated runs 10.1 / 11.2; a
 /// microbench of the 22 layers' calls, 8.1-9.7 / 8.7-10.4 ns per (head, position)). As
 /// common::attention, the rows a block ahead are prefetched while a block is converted
-/// (common::prefetch_ahead), and the probabilities take 16 positions per [`exp16`] (half the
+/// (common::prefetch_ahead), and the probabilities take 16 positions per `exp16` (half the
 /// instructions of two `exp8`).
 ///
 /// # Safety
