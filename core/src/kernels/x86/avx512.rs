@@ -66,8 +66,10 @@ impl common::IntDot for DpbusdEvex {
             for (a, lane) in acc.iter_mut().zip(lanes.iter()) {
                 *a = _mm512_loadu_ps(lane.as_ptr());
             }
-            let offset = W::UNSIGNED_OFFSET;
-            let (offsets, ones) = (_mm512_set1_epi16(offset as i16), _mm512_set1_epi16(1));
+            let (offsets, ones) = (
+                _mm512_set1_epi16(W::UNSIGNED_OFFSET as i16),
+                _mm512_set1_epi16(1),
+            );
             for b in 0..nb {
                 for g in [tiles.add(b), tiles.add(nb + b)] {
                     common::prefetch_tile(g, prefetch);
@@ -204,13 +206,13 @@ unsafe fn k_pair_sub_block<W: common::KWeightTile, const T: usize, const J: usiz
         let ((s0a, s1a), (s0b, s1b)) = (t0.scales(J), t1.scales(J));
         let (s0, s1) = (join_si(s0a, s0b), join_si(s1a, s1b));
         // The i16 pairs (s0, s1) and (m0, m1) the `madd`s take against each token's half sums
-        // (for shared halves (m, m): m * s0 + m * s1 = m * Σx).
+        // (for shared halves (m, m): m * s0 + m * s1 = m * Σx); no minima, no pairs of them.
         let s01 = i16_pairs(s0, s1);
         let m01 = if W::HAS_MIN {
             let ((m0a, m1a), (m0b, m1b)) = (t0.mins(J), t1.mins(J));
             i16_pairs(join_si(m0a, m0b), join_si(m1a, m1b))
         } else {
-            s01
+            _mm512_setzero_si512()
         };
         // Every token's step spelled out (constant indices keep the sums in registers; a loop
         // over the tokens kept them on the stack).
