@@ -161,15 +161,7 @@ unsafe fn pair_token<W: common::WeightTile>(
 ) {
     // SAFETY: avx512f, bw and vnni are enabled in the caller; the block is readable.
     unsafe {
-        let xq = xb.qs.as_ptr().cast::<i32>();
-        // Two chains (even and odd k) halve the vpdpbusd latency chain; i32 addition wraps,
-        // so the split gives the same integer.
-        let mut two = [_mm512_setzero_si512(); 2];
-        for (k, wk) in w.iter().enumerate() {
-            let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
-            two[k % 2] = _mm512_dpbusd_epi32(two[k % 2], *wk, xk);
-        }
-        let mut isum = _mm512_add_epi32(two[0], two[1]);
+        let mut isum = block_dot(w, xb);
         // offset * Σx and Σx from the half sums, as common::times_sum does.
         let sums = _mm512_set1_epi32(xb.sums_pair());
         if W::UNSIGNED_OFFSET != 0 {
@@ -182,6 +174,23 @@ unsafe fn pair_token<W: common::WeightTile>(
             term = _mm512_add_ps(term, _mm512_mul_ps(sum_x, _mm512_mul_ps(m, dx)));
         }
         *a = _mm512_add_ps(*a, term);
+    }
+}
+
+/// Per lane, the exact i32 dot of its row's 32 unsigned weight quants (`w[k]` holds elements
+/// 4k .. 4k + 4 of every row) with block `xb`'s 32 signed quants. Two chains (even and odd k)
+/// halve the vpdpbusd latency chain; i32 addition wraps, so the split gives the same integer.
+#[inline(always)]
+unsafe fn block_dot(w: &[__m512i; 8], xb: &BlockQ8Act) -> __m512i {
+    // SAFETY: avx512f and vnni are enabled in the caller; the block is readable.
+    unsafe {
+        let xq = xb.qs.as_ptr().cast::<i32>();
+        let mut two = [_mm512_setzero_si512(); 2];
+        for (k, wk) in w.iter().enumerate() {
+            let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
+            two[k % 2] = _mm512_dpbusd_epi32(two[k % 2], *wk, xk);
+        }
+        _mm512_add_epi32(two[0], two[1])
     }
 }
 
@@ -205,8 +214,9 @@ unsafe fn k_pair_sub_block<W: common::KWeightTile, const T: usize, const J: usiz
         }
         let ((s0a, s1a), (s0b, s1b)) = (t0.scales(J), t1.scales(J));
         let (s0, s1) = (join_si(s0a, s0b), join_si(s1a, s1b));
-        // The i16 pairs (s0, s1) and (m0, m1) the `madd`s take against each token's half sums
-        // (for shared halves (m, m): m * s0 + m * s1 = m * Σx); no minima, no pairs of them.
+        // The i16 pairs (s0, s1) and (m0, m1) that the `madd`s take against each token's half
+        // sums (Σx0, Σx1): a pair (v, v) of shared halves gives v * Σx0 + v * Σx1 = v * Σx.
+        // Without minima (Q6_K, Q3_K) the minimum pairs are zero and no token reads them.
         let s01 = i16_pairs(s0, s1);
         let m01 = if W::HAS_MIN {
             let ((m0a, m1a), (m0b, m1b)) = (t0.mins(J), t1.mins(J));
@@ -241,7 +251,6 @@ unsafe fn k_pair_token<W: common::KWeightTile>(
 ) {
     // SAFETY: avx512f, bw and vnni are enabled in the caller; the block is readable.
     unsafe {
-        let xq = xb.qs.as_ptr().cast::<i32>();
         // The minimum term as one `madd` of the i16 pairs (m0, m1) against (sum_x0, sum_x1).
         let sx01 = _mm512_set1_epi32(xb.sums_pair());
         let imin = if W::HAS_MIN {
@@ -250,17 +259,12 @@ unsafe fn k_pair_token<W: common::KWeightTile>(
             _mm512_setzero_si512()
         };
         let iscaled = if W::SHARED_HALVES {
-            // s0 == s1: s * isum. The sum runs as two chains (even and odd k) to halve the
-            // vpdpbusd latency chain; i32 addition wraps, so the split gives the same integer.
-            let mut two = [_mm512_setzero_si512(); 2];
-            for (k, wk) in w.iter().enumerate() {
-                let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
-                two[k % 2] = _mm512_dpbusd_epi32(two[k % 2], *wk, xk);
-            }
-            _mm512_mullo_epi32(s0, _mm512_add_epi32(two[0], two[1]))
+            // s0 == s1: s * isum.
+            _mm512_mullo_epi32(s0, block_dot(w, xb))
         } else {
             // Per half: s0 * isum_0 + s1 * isum_1, and the offset term as one `madd` of the
             // i16 pairs (s0, s1) against (sum_x0, sum_x1).
+            let xq = xb.qs.as_ptr().cast::<i32>();
             let mut isum = [_mm512_setzero_si512(); 2];
             for (k, wk) in w.iter().enumerate() {
                 let xk = _mm512_set1_epi32(xq.add(k).read_unaligned());
