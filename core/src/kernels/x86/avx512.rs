@@ -215,8 +215,9 @@ unsafe fn k_pair_sub_block<W: common::KWeightTile, const T: usize, const J: usiz
         let ((s0a, s1a), (s0b, s1b)) = (t0.scales(J), t1.scales(J));
         let (s0, s1) = (join_si(s0a, s0b), join_si(s1a, s1b));
         // The i16 pairs (s0, s1) and (m0, m1) that the `madd`s take against each token's half
-        // sums (Σx0, Σx1): a pair (v, v) of shared halves gives v * Σx0 + v * Σx1 = v * Σx.
-        // Without minima (Q6_K, Q3_K) the minimum pairs are zero and no token reads them.
+        // sums (sum_x0, sum_x1): a pair (v, v) of shared halves gives
+        // v * sum_x0 + v * sum_x1 = v * sum_x. Without minima (Q6_K, Q3_K) the minimum pairs
+        // are zero and no token reads them.
         let s01 = i16_pairs(s0, s1);
         let m01 = if W::HAS_MIN {
             let ((m0a, m1a), (m0b, m1b)) = (t0.mins(J), t1.mins(J));
