@@ -36,22 +36,36 @@ check(existsSync(join(installed, 'pkg', 'simd128', 'inferno_wasm_bg.wasm')) && e
   `${tarball} installs with its wasm builds and types`);
 
 // The page's steps, in the browser (the function's source is sent; no closure).
+// Each phase is noted in window.__trail (milliseconds since the page loaded), so a step that
+// stalls can say where.
 async function pageSteps({ message, maxTokens, step }) {
   const { createEngine, listCachedModels, deleteCachedModel } = window.inferno;
+  const trail = (window.__trail = []);
+  const mark = (what) => trail.push(`${Math.round(performance.now())} ms ${what}`);
   const progress = [];
-  const engine = await createEngine({ model: '/model.gguf', onProgress: (p) => progress.push(p) });
+  mark('createEngine');
+  const engine = await createEngine({
+    model: '/model.gguf',
+    onProgress: (p) => {
+      if (progress.at(-1)?.type !== p.type) mark(`progress ${p.type}`);
+      progress.push(p);
+    },
+  });
+  mark('engine ready');
   const stats = await engine.stats();
   const out = { variant: stats.variant, threads: stats.threads, kernels: stats.kernels, cached: progress.some((p) => p.cached) };
   const messages = [{ role: 'user', content: message }];
   if (step === 'first') {
+    mark('streamed reply');
     const stream = await engine.chat.completions.create({ messages, stream: true, temperature: 0, max_tokens: maxTokens });
     let text = '';
     let chunks = 0;
     for await (const chunk of stream) {
-      chunks++;
+      if (++chunks === 1) mark('first chunk');
       text += chunk.choices[0].delta.content ?? '';
     }
     Object.assign(out, { text, chunks });
+    mark(`${chunks} chunks; abort`);
     // Abort after two pieces: the stream throws AbortError and the engine still answers.
     const controller = new AbortController();
     let got = 0;
@@ -63,24 +77,51 @@ async function pageSteps({ message, maxTokens, step }) {
       out.abort = e.name;
     }
     out.abortedTokens = (await engine.stats()).last.completion_tokens;
+    mark('a reply after the abort');
     const after = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'Say hi.' }], max_tokens: 4 });
     out.after = after.choices[0].message.content;
   } else {
+    mark('whole reply');
     const reply = await engine.chat.completions.create({ messages, temperature: 0, max_tokens: maxTokens });
     out.text = reply.choices[0].message.content;
+    mark('cache list, delete');
     out.listed = (await listCachedModels()).map((m) => m.url);
     out.deleted = await deleteCachedModel('/model.gguf');
     out.listedAfter = (await listCachedModels()).length;
   }
+  mark('unload');
   await engine.unload();
   return out;
 }
 
+// A browser that stops answering: the step fails after STEP_MS with the page's trail and what
+// the page printed, instead of the protocol's bare timeout (whose limit is set above this one).
+const STEP_MS = 150_000;
+class Stalled extends Error {}
+const within = (ms, promise, what) => {
+  let timer;
+  const late = new Promise((_, reject) => { timer = setTimeout(() => reject(new Stalled(what)), ms); });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+};
+
+async function evaluateStep(name, page, args, log) {
+  try {
+    return await within(STEP_MS, page.evaluate(pageSteps, args), `${name}: step ${args.step} did not end within ${STEP_MS / 1000} s`);
+  } catch (e) {
+    const trail = await within(5000, page.evaluate(() => window.__trail), 'the page does not answer').catch((err) => err.message);
+    e.message += `\n  the page's trail: ${JSON.stringify(trail)}\n  the page printed: ${JSON.stringify(log.slice(-20))}`;
+    throw e;
+  }
+}
+
 async function browserChecks(name, page, url) {
   const args = { message: spec.message, maxTokens: spec.max_tokens };
+  const log = [];
+  page.on('console', (m) => log.push(`${m.type()}: ${m.text()}`));
+  page.on('pageerror', (e) => log.push(`pageerror: ${e.message || e}`));
   await page.goto(`${url}index.html`);
   await page.waitForFunction(() => document.body?.dataset.ready === '1');
-  const first = await page.evaluate(pageSteps, { ...args, step: 'first' });
+  const first = await evaluateStep(name, page, { ...args, step: 'first' }, log);
   console.log(`${name}: ${JSON.stringify(first)}`);
   check(first.variant === 'threads' && first.threads >= 2 && first.kernels === 'relaxed', `${name}: a cross-origin-isolated page runs the threads build with relaxed kernels (${first.variant}, ${first.threads} threads, ${first.kernels})`);
   check(!first.cached, `${name}: the first load downloads the model`);
@@ -89,11 +130,44 @@ async function browserChecks(name, page, url) {
   check(first.after.length > 0, `${name}: the engine answers after an abort (${JSON.stringify(first.after)})`);
   await page.reload();
   await page.waitForFunction(() => document.body?.dataset.ready === '1');
-  const second = await page.evaluate(pageSteps, { ...args, step: 'reload' });
+  const second = await evaluateStep(name, page, { ...args, step: 'reload' }, log);
   check(second.cached, `${name}: after a reload the model comes from the Cache API`);
   check(second.text === spec.expected, `${name}: the same reply after the reload`);
   check(second.listed.some((u) => u.endsWith('/model.gguf')) && second.deleted && second.listedAfter === 0,
     `${name}: listCachedModels lists it and deleteCachedModel removes it (${JSON.stringify(second.listed)})`);
+}
+
+async function launchFirefox(executablePath) {
+  const { default: puppeteer } = await import('puppeteer-core');
+  const profile = mkdtempSync(join(tmpdir(), 'inferno-firefox-'));
+  const browser = await puppeteer.launch({
+    browser: 'firefox', executablePath, headless: true, userDataDir: profile, protocolTimeout: STEP_MS + 60_000,
+  });
+  const page = await browser.newPage();
+  page.setDefaultTimeout(180_000);
+  const close = async () => {
+    await within(30_000, browser.close(), 'close').catch(() => browser.process()?.kill('SIGKILL'));
+    rmSync(profile, { recursive: true, force: true });
+  };
+  return { page, close };
+}
+
+// The checks in a fresh browser. A stall (never a wrong answer) is printed with its trail and
+// tried once more in another fresh browser: a host's hiccup does not fail the run, a stall
+// that comes back does.
+async function inFreshBrowsers(name, launch) {
+  for (let attempt = 1; ; attempt++) {
+    const browser = await launch();
+    try {
+      await browserChecks(name, browser.page, server.url);
+      return;
+    } catch (e) {
+      if (!(e instanceof Stalled) || attempt === 2) throw e;
+      console.log(`STALLED ${e.message}\n  trying once more in a fresh ${name}`);
+    } finally {
+      await browser.close();
+    }
+  }
 }
 
 const server = await startServer({ port: 0, root: project, model: spec.model, headers: ISOLATED });
@@ -133,29 +207,14 @@ try {
     }
   }
   if (only.includes('chromium')) {
-    const browser = await launchChromium();
-    try {
-      await browserChecks('chromium', browser.page, server.url);
-    } finally {
-      await browser.close();
-    }
+    await inFreshBrowsers('chromium', launchChromium);
   }
   if (only.includes('firefox')) {
     const executablePath = process.env.FIREFOX || '/usr/bin/firefox-esr';
     if (!existsSync(executablePath)) {
       check(false, `firefox: ${executablePath} is missing (scripts/setup-wasm.sh --browser installs firefox-esr)`);
     } else {
-      const { default: puppeteer } = await import('puppeteer-core');
-      const profile = mkdtempSync(join(tmpdir(), 'inferno-firefox-'));
-      const browser = await puppeteer.launch({ browser: 'firefox', executablePath, headless: true, userDataDir: profile });
-      try {
-        const page = await browser.newPage();
-        page.setDefaultTimeout(180_000);
-        await browserChecks('firefox', page, server.url);
-      } finally {
-        await browser.close();
-        rmSync(profile, { recursive: true, force: true });
-      }
+      await inFreshBrowsers('firefox', () => launchFirefox(executablePath));
     }
   }
 } catch (e) {
