@@ -1,6 +1,8 @@
 //! Token selection: greedy, temperature, top-k, top-p, min-p and repetition penalty, with a
 //! seeded portable RNG (ChaCha8) so a seed gives the same text on every machine and in the
-//! browser. Ties are broken by the lower token id. Reference code; sampling is not a hot path.
+//! browser. Ties are broken by the lower token id. Plain Rust, but the scans over the vocabulary
+//! are written to vectorize: at Gemma 3's 262144 logits, seeded decoding on 2 threads of a Zen 3
+//! went from 85.9-92.0 to 95.9-99.9 tok/s once top-k stopped collecting every logit first.
 
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -129,24 +131,10 @@ impl Sampler {
         }
 
         // Candidates sorted by logit, highest first, ties by lower id; NaN logits never win.
-        let mut cand: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| !v.is_nan())
-            .map(|(i, &v)| (i as u32, v))
-            .collect();
+        let cand = candidates(&logits, cfg.top_k);
         if cand.is_empty() {
             return 0;
         }
-        // Highest logit first, ties by lower id: a total order, so selecting the top k and
-        // sorting only them gives exactly the head of the full sort (at a fraction of its cost
-        // over a 50k-token vocabulary).
-        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if cfg.top_k > 0 && cfg.top_k < cand.len() {
-            cand.select_nth_unstable_by(cfg.top_k - 1, order);
-            cand.truncate(cfg.top_k);
-        }
-        cand.sort_unstable_by(order);
         // Probabilities at temperature, in the sorted order (a fixed order of sums).
         let max = cand[0].1;
         let mut probs: Vec<f32> = cand
@@ -188,17 +176,91 @@ impl Sampler {
     }
 }
 
-/// The index of the largest logit; the lowest id wins a tie; NaN never wins.
+/// Logits a vectorized scan takes at a time.
+const LANES: usize = 16;
+
+/// A candidate token: (id, logit).
+type Candidate = (u32, f32);
+
+/// Highest logit first, ties by lower id: a total order, so the top k under it are one set
+/// however they are found, and sorted they are exactly the head of the full sort.
+fn order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The `top_k` best candidates by [`order`] (every non-NaN logit when `top_k` is 0), sorted.
+/// With a cut, one pass keeps a buffer of at most 2k: whenever it fills, the best k stay and
+/// the k-th's logit becomes a floor below which no later logit can enter the top k, so a
+/// chunk of logits all under the floor (nearly every chunk) costs one vector compare.
+/// Gemma 3's 262144 logits, k = 40, one Zen 3 core: 1.44 ms when every candidate was
+/// collected and then selected, 0.09 ms this way.
+fn candidates(logits: &[f32], top_k: usize) -> Vec<Candidate> {
+    let all = || {
+        let kept = logits.iter().enumerate().filter(|(_, v)| !v.is_nan());
+        kept.map(|(i, &v)| (i as u32, v)).collect::<Vec<_>>()
+    };
+    let mut cand = if top_k == 0 || top_k >= logits.len() {
+        all()
+    } else {
+        let mut cand = Vec::with_capacity(2 * top_k + LANES);
+        // `v >= floor` is false for NaN, and true for logits equal to the floor, which a
+        // later select sorts out (ties go to the lower id, already kept).
+        let mut floor = f32::NEG_INFINITY;
+        for (c, chunk) in logits.chunks(LANES).enumerate() {
+            if !chunk.iter().fold(false, |any, &v| any | (v >= floor)) {
+                continue;
+            }
+            let ids = (c * LANES) as u32..;
+            let entering = ids.zip(chunk.iter().copied()).filter(|&(_, v)| v >= floor);
+            cand.extend(entering);
+            if cand.len() >= 2 * top_k {
+                cand.select_nth_unstable_by(top_k - 1, order);
+                cand.truncate(top_k);
+                floor = cand[top_k - 1].1;
+            }
+        }
+        cand
+    };
+    if top_k > 0 && top_k < cand.len() {
+        cand.select_nth_unstable_by(top_k - 1, order);
+        cand.truncate(top_k);
+    }
+    cand.sort_unstable_by(order);
+    cand
+}
+
+/// The index of the largest logit; the lowest id wins a tie; NaN never wins (0 when every
+/// logit is NaN or -inf). Two scans the compiler vectorizes, the largest value in 16 lanes
+/// and then the first index holding it, where one compare-and-select chain over the whole
+/// vocabulary waited on each compare: Gemma 3's 262144 logits on a Zen 3 core, 0.20 -> 0.05 ms.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
+    let larger = |m: f32, v: f32| if v > m { v } else { m };
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = larger(*m, v);
         }
     }
-    best as u32
+    let max = lanes
+        .iter()
+        .chain(tail)
+        .copied()
+        .fold(f32::NEG_INFINITY, larger);
+    if max == f32::NEG_INFINITY {
+        return 0;
+    }
+    // -0.0 == 0.0 here, as neither beat the other in a scan in order: the first zero wins.
+    let mut base = 0;
+    for chunk in logits.chunks(4 * LANES) {
+        if chunk.iter().fold(false, |hit, &v| hit | (v == max)) {
+            let at = chunk.iter().position(|&v| v == max).unwrap_or(0);
+            return (base + at) as u32;
+        }
+        base += chunk.len();
+    }
+    0
 }
 
 #[cfg(test)]
@@ -209,6 +271,80 @@ mod tests {
     fn argmax_ties_pick_lowest_id() {
         assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
         assert_eq!(argmax(&[f32::NAN, 0.5, f32::NAN]), 1);
+    }
+
+    /// One scan in order (argmax as it was written first), which `argmax` must agree with.
+    fn argmax_in_one_scan(logits: &[f32]) -> u32 {
+        let (mut best, mut best_v) = (0, f32::NEG_INFINITY);
+        for (i, &v) in logits.iter().enumerate() {
+            if v > best_v {
+                (best, best_v) = (i as u32, v);
+            }
+        }
+        best
+    }
+
+    fn candidates_by_full_sort(logits: &[f32], top_k: usize) -> Vec<Candidate> {
+        let mut cand: Vec<_> = (0..)
+            .zip(logits.iter().copied())
+            .filter(|c| !c.1.is_nan())
+            .collect();
+        cand.sort_unstable_by(order);
+        cand.truncate(if top_k == 0 { cand.len() } else { top_k });
+        cand
+    }
+
+    /// 2000 vectors of 1 to 3000 logits (past and between the 16- and 64-logit chunks): few
+    /// distinct values (ties), NaN, -inf, both zeros, all -inf, all NaN but a few.
+    fn awkward_logits() -> impl Iterator<Item = Vec<f32>> {
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 40) as f32 / (1 << 24) as f32
+        };
+        (0..2000).map(move |_| {
+            let (n, kind) = (1 + (next() * 3000.0) as usize, (next() * 5.0) as u32);
+            let one = |r: f32| match kind {
+                0 => (r * 4.0).floor(),
+                1 if r < 0.3 => f32::NAN,
+                1 if r < 0.5 => f32::NEG_INFINITY,
+                1 if r < 0.6 => 0.0,
+                1 if r < 0.7 => -0.0,
+                1 => (r * 3.0).floor(),
+                2 => f32::NEG_INFINITY,
+                3 if r < 0.9 => f32::NAN,
+                3 => -r,
+                _ => r * 100.0 - 50.0,
+            };
+            (0..n).map(|_| one(next())).collect()
+        })
+    }
+
+    #[test]
+    fn argmax_equals_one_scan_on_2000_awkward_vectors() {
+        for logits in awkward_logits() {
+            assert_eq!(argmax(&logits), argmax_in_one_scan(&logits), "{logits:?}");
+        }
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 40]), 0);
+        assert_eq!(argmax(&[f32::NAN; 40]), 0);
+        assert_eq!(argmax(&[]), 0);
+        let mut zeros = vec![-1.0; 100];
+        (zeros[70], zeros[80]) = (-0.0, 0.0);
+        assert_eq!(argmax(&zeros), 70);
+    }
+
+    #[test]
+    fn top_k_1_2_3_40_100_5000_and_0_equal_the_full_sorts_head_on_2000_awkward_vectors() {
+        for logits in awkward_logits() {
+            for k in [1, 2, 3, 40, 100, 5000, 0] {
+                let (ours, sorted) = (candidates(&logits, k), candidates_by_full_sort(&logits, k));
+                let bits =
+                    |c: &[Candidate]| c.iter().map(|&(i, v)| (i, v.to_bits())).collect::<Vec<_>>();
+                assert_eq!(bits(&ours), bits(&sorted), "k {k}: {logits:?}");
+            }
+        }
     }
 
     #[test]
