@@ -35,7 +35,10 @@ export interface EngineOptions {
   onProgress?: (progress: Progress) => void;
   /**
    * Threads for the threads build (browser, cross-origin-isolated page only). Default: one per
-   * core, up to 16; 1 picks a one-thread build.
+   * core, up to 16 (`navigator.hardwareConcurrency`, which Firefox takes from every online CPU,
+   * not the ones the browser may use); 1 picks a one-thread build. A worker whose build has not
+   * started within 30 s is ended and a one-thread build starts in a new one (`stats().skipped`
+   * says so).
    */
   threads?: number;
   /** Keep a URL's bytes in the Cache API and read them from there next time. Default true. */

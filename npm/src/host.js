@@ -77,9 +77,9 @@ export class Host {
   }
 
   /// Instantiates the fastest build that works here. `pkgBase`: URL of the folder of builds.
-  async init({ variant, threads, pkgBase }) {
+  async init({ variant, threads, pkgBase, skipped = [] }) {
     let failure;
-    this.skipped = [];
+    this.skipped = [...skipped];
     for (const candidate of candidateVariants({ variant, threads })) {
       try {
         const glue = new URL(`${candidate}/inferno_wasm.js`, pkgBase);

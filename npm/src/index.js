@@ -237,6 +237,10 @@ class Engine {
 }
 
 /// Starts the engine and loads a model. See index.d.ts for the options.
+/// How long the engine's worker may take to start its build (instantiate it, and for the threads
+/// build start its pool of Web Workers) before createEngine gives up on that worker.
+const START_MS = 30_000;
+
 export async function createEngine(options = {}) {
   const { onProgress, threads, cache = true, variant, maxBytes } = options;
   let { model } = options;
@@ -244,8 +248,28 @@ export async function createEngine(options = {}) {
   if (typeof model === 'string' && globalThis.location && !isNode) model = new URL(model, location.href).href;
   if (model === undefined || model === null) throw new Error('createEngine needs a model: a URL, File, Blob, ArrayBuffer or (Node.js) a path');
   const useWorker = options.worker ?? (!isNode && typeof Worker !== 'undefined');
-  const backend = useWorker ? workerBackend() : await localBackend();
-  const started = await backend.call('init', { threads, variant });
+  let backend = useWorker ? workerBackend() : await localBackend();
+  let started;
+  if (useWorker) {
+    // Firefox can leave the threads build's pool unstarted for good, the worker blocked (here
+    // about one start in four with 15 workers on 2 cores; its hardwareConcurrency counts every
+    // online CPU, so a container's 2 cores can ask for 16 threads). Past START_MS that worker
+    // is ended and a one-thread build starts in a new one.
+    const init = backend.call('init', { threads, variant });
+    init.catch(() => {});
+    let timer;
+    const late = new Promise((resolve) => { timer = setTimeout(resolve, START_MS); });
+    started = await Promise.race([init, late]).finally(() => clearTimeout(timer));
+    if (!started) {
+      backend.terminate();
+      const error = `did not start within ${START_MS / 1000} s`;
+      if (variant) throw new Error(`cannot start the wasm engine: the ${variant} build ${error}`);
+      backend = workerBackend();
+      started = await backend.call('init', { threads: 1, skipped: [{ variant: 'threads', error: `its worker ${error}` }] });
+    }
+  } else {
+    started = await backend.call('init', { threads, variant });
+  }
   const progress = (event) => {
     if (!onProgress) return;
     try {
