@@ -236,11 +236,11 @@ class Engine {
   }
 }
 
-/// Starts the engine and loads a model. See index.d.ts for the options.
 /// How long the engine's worker may take to start its build (instantiate it, and for the threads
 /// build start its pool of Web Workers) before createEngine gives up on that worker.
 const START_MS = 30_000;
 
+/// Starts the engine and loads a model. See index.d.ts for the options.
 export async function createEngine(options = {}) {
   const { onProgress, threads, cache = true, variant, maxBytes } = options;
   let { model } = options;
@@ -251,10 +251,11 @@ export async function createEngine(options = {}) {
   let backend = useWorker ? workerBackend() : await localBackend();
   let started;
   if (useWorker) {
-    // Firefox can leave the threads build's pool unstarted for good, the worker blocked (here
-    // about one start in four with 15 workers on 2 cores; its hardwareConcurrency counts every
-    // online CPU, so a container's 2 cores can ask for 16 threads). Past START_MS that worker
-    // is ended and a one-thread build starts in a new one.
+    // Firefox can leave the threads build's pool unstarted for good, the worker blocked, its
+    // own timers too (here in 3 of 5 runs of the npm test's page, two starts each, with 15
+    // workers on 2 cores; its hardwareConcurrency counts every online CPU, so a container's 2
+    // cores can ask for 16 threads). Past START_MS that worker is ended and a one-thread build
+    // starts in a new one.
     const init = backend.call('init', { threads, variant });
     init.catch(() => {});
     let timer;

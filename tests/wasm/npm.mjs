@@ -133,7 +133,7 @@ async function browserChecks(name, page, url, threads) {
   page.on('pageerror', (e) => log.push(`pageerror: ${e.message || e}`));
   await page.goto(`${url}index.html`);
   await page.waitForFunction(() => document.body?.dataset.ready === '1');
-  const first = await poolStarted(name, await evaluateStep(name, page, { ...args, step: 'first' }, log));
+  const first = poolStarted(name, await evaluateStep(name, page, { ...args, step: 'first' }, log));
   console.log(`${name}: ${JSON.stringify(first)}`);
   check(first.variant === 'threads' && first.threads >= 2 && first.kernels === 'relaxed', `${name}: a cross-origin-isolated page runs the threads build with relaxed kernels (${first.variant}, ${first.threads} threads, ${first.kernels})`);
   check(!first.cached, `${name}: the first load downloads the model`);
@@ -142,7 +142,7 @@ async function browserChecks(name, page, url, threads) {
   check(first.after.length > 0, `${name}: the engine answers after an abort (${JSON.stringify(first.after)})`);
   await page.reload();
   await page.waitForFunction(() => document.body?.dataset.ready === '1');
-  const second = await poolStarted(name, await evaluateStep(name, page, { ...args, step: 'reload' }, log));
+  const second = poolStarted(name, await evaluateStep(name, page, { ...args, step: 'reload' }, log));
   check(second.cached, `${name}: after a reload the model comes from the Cache API`);
   check(second.text === spec.expected, `${name}: the same reply after the reload`);
   check(second.listed.some((u) => u.endsWith('/model.gguf')) && second.deleted && second.listedAfter === 0,
