@@ -2,7 +2,7 @@
 // the browser or on the calling thread in Node.js, behind the shape of the OpenAI client
 // (`engine.chat.completions.create`). No network at run time except the model URL given.
 // Types and documentation: index.d.ts.
-import { MODEL_CACHE } from './host.js';
+import { MODEL_CACHE, candidateVariants } from './host.js';
 
 export { createServerEngine } from './server.js';
 
@@ -249,27 +249,29 @@ export async function createEngine(options = {}) {
   if (model === undefined || model === null) throw new Error('createEngine needs a model: a URL, File, Blob, ArrayBuffer or (Node.js) a path');
   const useWorker = options.worker ?? (!isNode && typeof Worker !== 'undefined');
   let backend = useWorker ? workerBackend() : await localBackend();
+  const init = backend.call('init', { threads, variant });
+  // Firefox can leave the threads build's pool unstarted for good, the worker blocked, its
+  // own timers too (here in 3 of 5 runs of the npm test's page, two starts each, with 15
+  // workers on 2 cores; its hardwareConcurrency counts every online CPU, so a container's 2
+  // cores can ask for 16 threads). Only that build starts a pool, and only a worker can be
+  // timed from outside: past START_MS it is ended and a one-thread build starts in a new one.
+  // (The page sees the worker's candidates: a dedicated worker shares its isolation.)
+  const timed = useWorker && candidateVariants({ variant, threads })[0] === 'threads';
   let started;
-  if (useWorker) {
-    // Firefox can leave the threads build's pool unstarted for good, the worker blocked, its
-    // own timers too (here in 3 of 5 runs of the npm test's page, two starts each, with 15
-    // workers on 2 cores; its hardwareConcurrency counts every online CPU, so a container's 2
-    // cores can ask for 16 threads). Past START_MS that worker is ended and a one-thread build
-    // starts in a new one.
-    const init = backend.call('init', { threads, variant });
+  if (timed) {
     init.catch(() => {});
     let timer;
     const late = new Promise((resolve) => { timer = setTimeout(resolve, START_MS); });
     started = await Promise.race([init, late]).finally(() => clearTimeout(timer));
-    if (!started) {
-      backend.terminate();
-      const error = `did not start within ${START_MS / 1000} s`;
-      if (variant) throw new Error(`cannot start the wasm engine: the ${variant} build ${error}`);
-      backend = workerBackend();
-      started = await backend.call('init', { threads: 1, skipped: [{ variant: 'threads', error: `its worker ${error}` }] });
-    }
   } else {
-    started = await backend.call('init', { threads, variant });
+    started = await init;
+  }
+  if (!started) {
+    backend.terminate();
+    const error = `did not start within ${START_MS / 1000} s`;
+    if (variant) throw new Error(`cannot start the wasm engine: the ${variant} build ${error}`);
+    backend = workerBackend();
+    started = await backend.call('init', { threads: 1, skipped: [{ variant: 'threads', error: `its worker ${error}` }] });
   }
   const progress = (event) => {
     if (!onProgress) return;
