@@ -195,35 +195,34 @@ fn order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
 /// Gemma 3's 262144 logits, k = 40, one Zen 3 core: 1.44 ms when every candidate was
 /// collected and then selected, 0.09 ms this way.
 fn candidates(logits: &[f32], top_k: usize) -> Vec<Candidate> {
-    let all = || {
-        let kept = logits.iter().enumerate().filter(|(_, v)| !v.is_nan());
-        kept.map(|(i, &v)| (i as u32, v)).collect::<Vec<_>>()
-    };
-    let mut cand = if top_k == 0 || top_k >= logits.len() {
-        all()
+    // Keeping every candidate is the same pass with a buffer that never fills.
+    let keep = if top_k == 0 {
+        logits.len()
     } else {
-        let mut cand = Vec::with_capacity(2 * top_k + LANES);
-        // `v >= floor` is false for NaN, and true for logits equal to the floor, which a
-        // later select sorts out (ties go to the lower id, already kept).
-        let mut floor = f32::NEG_INFINITY;
-        for (c, chunk) in logits.chunks(LANES).enumerate() {
-            if !chunk.iter().fold(false, |any, &v| any | (v >= floor)) {
-                continue;
-            }
-            let ids = (c * LANES) as u32..;
-            let entering = ids.zip(chunk.iter().copied()).filter(|&(_, v)| v >= floor);
-            cand.extend(entering);
-            if cand.len() >= 2 * top_k {
-                cand.select_nth_unstable_by(top_k - 1, order);
-                cand.truncate(top_k);
-                floor = cand[top_k - 1].1;
-            }
-        }
-        cand
+        top_k.min(logits.len())
     };
-    if top_k > 0 && top_k < cand.len() {
-        cand.select_nth_unstable_by(top_k - 1, order);
-        cand.truncate(top_k);
+    let cut = |cand: &mut Vec<Candidate>| {
+        cand.select_nth_unstable_by(keep - 1, order);
+        cand.truncate(keep);
+    };
+    let mut cand = Vec::with_capacity((2 * keep + LANES).min(logits.len()));
+    // `v >= floor` is false for NaN, and true for logits equal to the floor, which a later
+    // cut sorts out (ties go to the lower id, already kept).
+    let mut floor = f32::NEG_INFINITY;
+    for (c, chunk) in logits.chunks(LANES).enumerate() {
+        if !chunk.iter().fold(false, |any, &v| any | (v >= floor)) {
+            continue;
+        }
+        let ids = (c * LANES) as u32..;
+        let entering = ids.zip(chunk.iter().copied()).filter(|&(_, v)| v >= floor);
+        cand.extend(entering);
+        if cand.len() >= 2 * keep {
+            cut(&mut cand);
+            floor = cand[keep - 1].1;
+        }
+    }
+    if cand.len() > keep {
+        cut(&mut cand);
     }
     cand.sort_unstable_by(order);
     cand
