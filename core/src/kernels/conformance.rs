@@ -701,6 +701,17 @@ fn attention(all: &mut Vec<Case>) {
                 }));
             }
         }
+        // At most 8 (query, head) pairs at head_dim >= 128: the sub-block kernels, where queries
+        // end at different positions of one 16-position sub-block and of the last block.
+        for (head_dim, queries, heads) in [(128, 2, 4), (160, 4, 2), (192, 1, 8), (256, 3, 2)] {
+            for n_pos in [9, 17, 70, 130] {
+                all.push(attention_case(AttentionCase {
+                    queries,
+                    heads,
+                    ..one(head_dim, n_pos, f16, 4.0)
+                }));
+            }
+        }
         // inf and NaN in a head_dim-256 cache.
         all.push(attention_case(AttentionCase {
             specials: true,
