@@ -94,16 +94,16 @@ function benchKernels(exports, names) {
         `${(call * 1e6).toFixed(0)} us/call, ${gops.toFixed(1)} GOPS`);
     });
   }
-  // One decode step's attention for one KV head of TinyLlama's shape (8 query heads of 64,
-  // f16 cache) after 500 and 1500 positions.
-  for (const positions of [500, 1500]) {
-    exports.inferno_bench_attention_setup(positions);
+  // One decode step's attention for one KV head (f16 cache) of TinyLlama's shape (8 query heads
+  // of 64) after 500 and 1500 positions, and of Gemma 3's (4 query heads of 256) after 500.
+  for (const [headDim, heads, positions] of [[64, 8, 500], [64, 8, 1500], [256, 4, 500]]) {
+    exports.inferno_bench_attention_setup(positions, headDim, heads);
     names.forEach((name, index) => {
       const iterations = Math.max(1, Math.round(2e6 / positions));
       const call = perCall((n) => exports.inferno_bench_attention_run(index, n), iterations);
-      lines.push(`bench attention head_dim 64, 8 heads, ${positions} positions [${name}]: ` +
-        `${(call * 1e6).toFixed(0)} us/call, ${(call * 1e9 / (8 * positions)).toFixed(2)} ` +
-        'ns per (head, position)');
+      lines.push(`bench attention head_dim ${headDim}, ${heads} heads, ${positions} positions ` +
+        `[${name}]: ${(call * 1e6).toFixed(0)} us/call, ` +
+        `${(call * 1e9 / (heads * positions)).toFixed(2)} ns per (head, position)`);
     });
   }
   return lines;

@@ -181,26 +181,28 @@ pub extern "C" fn inferno_bench_run(backend: u32, iterations: u32) -> f32 {
     out.iter().sum()
 }
 
-/// The attention benchmark's data: one KV head's f16 cache of `positions` rows (head_dim 64,
-/// in rows of 4 KV heads, TinyLlama's shape) and one query of its 8 query heads.
+/// The attention benchmark's data: one KV head's f16 cache of `positions` rows (in rows of 4 KV
+/// heads) and one query of its `heads` query heads.
 struct AttentionBench {
     keys: Vec<u16>,
     values: Vec<u16>,
     q: Vec<f32>,
     out: Vec<f32>,
     positions: usize,
+    head_dim: usize,
 }
 
 static ATTENTION_BENCH: Mutex<Option<AttentionBench>> = Mutex::new(None);
 
-const BENCH_HEAD_DIM: usize = 64;
-const BENCH_KV_DIM: usize = 4 * BENCH_HEAD_DIM;
-const BENCH_QUERY_HEADS: usize = 8;
-
-/// Prepares the attention benchmark over `positions` cached positions (deterministic data).
+/// Prepares the attention benchmark over `positions` cached positions (deterministic data) for
+/// `heads` query heads of `head_dim` (a multiple of 8 up to 256; TinyLlama: 8 of 64, Gemma 3: 4
+/// of 256).
 #[no_mangle]
-pub extern "C" fn inferno_bench_attention_setup(positions: u32) {
+pub extern "C" fn inferno_bench_attention_setup(positions: u32, head_dim: u32, heads: u32) {
     let positions = positions.max(1) as usize;
+    let head_dim = (head_dim.clamp(8, 256) / 8 * 8) as usize;
+    let heads = heads.clamp(1, 16) as usize;
+    let kv_dim = 4 * head_dim;
     let mut state = 0x9e37_79b9_u32;
     let mut next = move || {
         state ^= state << 13;
@@ -209,24 +211,25 @@ pub extern "C" fn inferno_bench_attention_setup(positions: u32) {
         (state % 2001) as f32 / 1000.0 - 1.0
     };
     let mut cache = || -> Vec<u16> {
-        (0..positions * BENCH_KV_DIM)
+        (0..positions * kv_dim)
             .map(|_| inferno_core::quant::f32_to_f16(next()))
             .collect()
     };
     let (keys, values) = (cache(), cache());
-    let q = (0..BENCH_QUERY_HEADS * BENCH_HEAD_DIM)
+    let q = (0..heads * head_dim)
         .map(|i| (i % 17) as f32 / 8.0 - 1.0)
         .collect();
     *ATTENTION_BENCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(AttentionBench {
         keys,
         values,
         q,
-        out: vec![0.0; BENCH_QUERY_HEADS * BENCH_HEAD_DIM],
+        out: vec![0.0; heads * head_dim],
         positions,
+        head_dim,
     });
 }
 
-/// Runs one decode step's attention for KV head 1 (its 8 query heads over every position)
+/// Runs one decode step's attention for KV head 1 (its query heads over every position)
 /// `iterations` times with backend `backend`; returns a checksum of the output.
 #[no_mangle]
 pub extern "C" fn inferno_bench_attention_run(backend: u32, iterations: u32) -> f32 {
@@ -241,10 +244,10 @@ pub extern "C" fn inferno_bench_attention_run(backend: u32, iterations: u32) -> 
         keys: inferno_core::kernels::KvSlice::F16(&bench.keys),
         values: inferno_core::kernels::KvSlice::F16(&bench.values),
         positions: bench.positions,
-        kv_dim: BENCH_KV_DIM,
-        offset: BENCH_HEAD_DIM,
-        head_dim: BENCH_HEAD_DIM,
-        scale: 0.125,
+        kv_dim: 4 * bench.head_dim,
+        offset: bench.head_dim,
+        head_dim: bench.head_dim,
+        scale: 1.0 / (bench.head_dim as f32).sqrt(),
     };
     for _ in 0..iterations {
         (kernels.attention)(&[&bench.q[..]], &kv, &mut [&mut bench.out[..]]);

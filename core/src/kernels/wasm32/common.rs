@@ -514,7 +514,17 @@ fn attention_n<L: Lanes, const N: usize>(
                     for (t, st) in scores.iter_mut().enumerate().take(len) {
                         let zero = f32x4_splat(0.0);
                         let mut acc = [[zero; 2]; 4];
-                        for j in 0..N {
+                        // Whole fours of registers first, so every accumulator's index is a
+                        // constant (as the x86 twin's score_sums).
+                        for j4 in 0..N / 4 {
+                            for (r, a) in acc.iter_mut().enumerate() {
+                                let j = 4 * j4 + r;
+                                // SAFETY: rows 0..len of this block were written above.
+                                let kt = unsafe { kbuf[t][j].assume_init() };
+                                *a = mul_add8(*a, qv[j], kt);
+                            }
+                        }
+                        for j in N / 4 * 4..N {
                             // SAFETY: rows 0..len of this block were written above.
                             let kt = unsafe { kbuf[t][j].assume_init() };
                             acc[j % 4] = mul_add8(acc[j % 4], qv[j], kt);
