@@ -628,10 +628,10 @@ const HEAD_GROUP: usize = 8;
 /// Rule 6 for head_dim = 8 * N, for queries that are consecutive tokens (query i sees
 /// `n_pos + i` positions) and the query heads of one KV head. Per 64-position block the K and V
 /// rows are converted to f32 once, into buffers (16 KiB each at head_dim 64, in L1; 64 KiB at
-/// 256, in L2: streaming them a sub-block at a time through L1 was no faster), and every (query,
-/// head) pair takes its block step from there: the cache is read once per call instead of once
-/// per pair; while a block is converted, the rows a block ahead are prefetched
-/// ([`prefetch_ahead`]).
+/// 256, in L2), and every (query, head) pair takes its block step from there: the cache is read
+/// once per call instead of once per pair; while a block is converted, the rows a block ahead are
+/// prefetched ([`prefetch_ahead`]). A call of at most 8 pairs at head_dim >= 128 (decode) takes
+/// a twin of this function that converts 16 positions at a time, so its buffers stay in L1.
 /// Each pair's operations are the one-head sequence of reference::attention (its running output
 /// rests in its `out` row between blocks: storing an f32 is exact), but for rule 6's
 /// exceptions: a score's accumulator lanes start from their first products, and the block
@@ -979,11 +979,13 @@ unsafe fn divide_by_sums<const N: usize>(out: &mut [&mut [f32]], l: &[f32], head
 /// The unscaled scores of one query head (`q`, 8N values) against 8 buffered keys, before
 /// [`fold8`]: position p's `(acc0 + acc1) + (acc2 + acc3)`, lane r of acc k summing the products
 /// of registers j = k mod 4 in order, its first product starting the sum (rule 6's exception
-/// to rule 2). `P` positions go side by side: at head_dim >= 192 [`attention`] takes 4, so q's
-/// row (N registers, spilled: AVX2 has 16) is read once for four keys and four chains of adds
-/// run at once. Gemma 3 (4 heads of 256, f16 cache of 500 positions) on one Zen 3 core: 46-48
-/// -> 37-39 ns per (head, position) with 4; at head_dim 64 and 128, 4 gained nothing (64: 7%
-/// slower), so they take 1.
+/// to rule 2). `P` positions go side by side: at head_dim >= 192 [`attention`] takes 4 and
+/// [`attention_few`] 2, so q's row (N registers, spilled: AVX2 has 16) is read once for several
+/// keys and several chains of adds run at once. Gemma 3 (4 heads of 256, f16 cache of 500
+/// positions) on one Zen 3 core: 46-48 -> 37-39 ns per (head, position) with 4 (before the
+/// accumulators' indices were constants); at head_dim 64 and 128, 4 gained nothing (64: 7%
+/// slower), so they take 1. In [`attention_few`], whose keys sit in L1, 2 took 27.4-27.6 ns at
+/// head_dim 256, 4 took 29.5-29.9 and 1 took 29.4 (minimum of 25 alternated rounds).
 ///
 /// # Safety
 /// The keys' rows are initialized; avx2 is enabled in the caller.
