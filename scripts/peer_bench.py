@@ -174,6 +174,9 @@ def main():
     parser.add_argument("--prompt-lengths", type=parse_list, default=[50, 500, 1500])
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--decode-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="turns each engine takes per (threads, prompt length); a ratio cell is "
+                             "then the median of the rounds' ratios, with their range")
     parser.add_argument("--builds", default="avx2,native,llama-bench",
                         help="peers to time (those built): the llama-cpp-python builds avx2 and native, "
                              "and llama-bench from scripts/peer-llamacpp.sh tools")
@@ -182,8 +185,8 @@ def main():
     parser.add_argument("--json", action="store_true", help="also print every row as JSON")
     parser.add_argument("--peer", help=argparse.SUPPRESS)  # internal: run inside a peer venv
     args = parser.parse_args()
-    if args.trials < 1 or args.decode_tokens < 1:
-        parser.error("--trials and --decode-tokens must be at least 1")
+    if args.trials < 1 or args.decode_tokens < 1 or args.rounds < 1:
+        parser.error("--trials, --decode-tokens and --rounds must be at least 1")
     if not args.model.is_file():
         parser.error(f"model {args.model} not found (scripts/fetch-model.sh fetches the default)")
     if args.peer:
@@ -208,47 +211,68 @@ def main():
         else:
             print(f"peer {build} not built ({python}): run scripts/peer-llamacpp.sh {build}", file=sys.stderr)
     rows = []
-    # The engines take turns on every (threads, prompt length), so a change in the machine's load
-    # during the run skews both sides of a ratio alike.
+    # The engines take turns on every (threads, prompt length), round after round, so a change in
+    # the machine's load during the run skews both sides of a round's ratio alike.
     for threads in args.threads:
         for length in args.prompt_lengths:
-            if not args.no_inferno:
-                cmd = [args.inferno, "bench", "--model", args.model, "--json"]
-                rows += run_lines(cmd + flags(args, threads, length), "inferno")
-            for build, python in peers:
-                cmd = [python, __file__, "--peer", build, "--model", args.model]
-                rows += run_lines(cmd + flags(args, threads, length), f"llama.cpp {build}")
-            if llama_bench:
-                rows += llama_bench_row(args, llama_bench, threads, length)
+            for round_ in range(args.rounds):
+                turn = []
+                if not args.no_inferno:
+                    cmd = [args.inferno, "bench", "--model", args.model, "--json"]
+                    turn += run_lines(cmd + flags(args, threads, length), "inferno")
+                for build, python in peers:
+                    cmd = [python, __file__, "--peer", build, "--model", args.model]
+                    turn += run_lines(cmd + flags(args, threads, length), f"llama.cpp {build}")
+                if llama_bench:
+                    turn += llama_bench_row(args, llama_bench, threads, length)
+                rows += [dict(r, round=round_) for r in turn]
     if args.json:
         for row in rows:
             print(json.dumps(row))
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"CPU: {cpu}; model {Path(args.model).name}; median of {args.trials} trials")
+    rounds = f"; {args.rounds} rounds (tok/s: medians; ratios: median of the rounds' [range])" \
+        if args.rounds > 1 else ""
+    print(f"CPU: {cpu}; model {Path(args.model).name}; median of {args.trials} trials{rounds}")
     print_table(rows)
 
 
 def print_table(rows):
-    ours = {(r["threads"], r["prompt_tokens"]): r for r in rows if not r["kernels"].startswith("llama.cpp")}
-    peers = sorted({r["kernels"] for r in rows if r["kernels"].startswith("llama.cpp")})
-    theirs = {(r["kernels"], r["threads"], r["prompt_tokens"]): r for r in rows}
+    """One line per (threads, prompt length): each engine's median tok/s over the rounds, and per
+    peer the median of the rounds' ours/theirs ratios, with their range when there are several."""
+    ours = lambda r: not r["kernels"].startswith("llama.cpp")
+    peers = sorted({r["kernels"] for r in rows if not ours(r)})
     header = ["threads", "prompt", "inferno kernels", "inferno prefill tok/s", "inferno decode tok/s"]
     for p in peers:
         header += [f"{p} prefill", "prefill ours/theirs", f"{p} decode", "decode ours/theirs"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    keys = sorted({(r["threads"], r["prompt_tokens"]) for r in rows})
-    for key in keys:
-        us = ours.get(key)
+    for key in sorted({(r["threads"], r["prompt_tokens"]) for r in rows}):
+        cell = [r for r in rows if (r["threads"], r["prompt_tokens"]) == key]
+        us = {r.get("round", 0): r for r in cell if ours(r)}
+        median = lambda rs, field: statistics.median(r[field] for r in rs)
         line = [str(key[0]), str(key[1])]
-        line += [us["kernels"], f"{us['prefill_tok_s']:.1f}", f"{us['decode_tok_s']:.1f}"] if us else ["-"] * 3
+        if us:
+            kernels = sorted({r["kernels"] for r in us.values()})
+            line += ["/".join(kernels), f"{median(us.values(), 'prefill_tok_s'):.1f}",
+                     f"{median(us.values(), 'decode_tok_s'):.1f}"]
+        else:
+            line += ["-"] * 3
         for p in peers:
-            them = theirs.get((p, *key))
+            them = {r.get("round", 0): r for r in cell if r["kernels"] == p}
             if not them:
                 line += ["-"] * 4
                 continue
-            ratio = lambda field: f"{us[field] / them[field]:.2f}" if us and them[field] > 0 else "-"
-            line += [f"{them['prefill_tok_s']:.1f}", ratio("prefill_tok_s"), f"{them['decode_tok_s']:.1f}", ratio("decode_tok_s")]
+
+            def ratio(field):
+                # Each round's ratio pairs the two engines' runs of that round.
+                rs = sorted(us[k][field] / them[k][field] for k in them if k in us and them[k][field] > 0)
+                if not rs:
+                    return "-"
+                text = f"{statistics.median(rs):.2f}"
+                return text + (f" [{rs[0]:.2f}-{rs[-1]:.2f}]" if len(rs) > 1 else "")
+
+            line += [f"{median(them.values(), 'prefill_tok_s'):.1f}", ratio("prefill_tok_s"),
+                     f"{median(them.values(), 'decode_tok_s'):.1f}", ratio("decode_tok_s")]
         print("| " + " | ".join(line) + " |")
 
 
