@@ -692,6 +692,9 @@ fn attention(all: &mut Vec<Case>) {
             (128, 8, 3, [8, 100]),
             (192, 5, 2, [9, 70]),
             (256, 5, 2, [9, 70]),
+            // Past the 512 pairs of one pass, where AVX-512 takes 16-position sub-blocks.
+            (128, 40, 13, [45, 100]),
+            (256, 130, 4, [140, 200]),
         ] {
             for n_pos in n_poses {
                 all.push(attention_case(AttentionCase {

@@ -325,7 +325,7 @@ unsafe fn join_si(a: __m256i, b: __m256i) -> __m512i {
 /// microbench of the 22 layers' calls, 8.1-9.7 / 8.7-10.4 ns per (head, position)). As
 /// common::attention, the rows a block ahead are prefetched while a block is converted
 /// (common::prefetch_ahead), and the probabilities take 16 positions per `exp16` (half the
-/// instructions of two `exp8`).
+/// instructions of two `exp8`). From head_dim 128 on, [`attention_sub`] takes the call.
 ///
 /// # Safety
 /// As common::attention: shapes checked by the caller, avx512f and f16c enabled in it.
@@ -350,6 +350,9 @@ pub unsafe fn attention_wide<L: common::Lanes, const N: usize>(
         let heads = q.first().map_or(0, |q0| q0.len() / hd);
         if heads == 0 {
             return;
+        }
+        if N >= 16 {
+            return attention_sub::<L, N>(q, keys, values, n_pos, stride, offset, scale, out);
         }
         // Position pair pp, chunk j: [k(2pp)[8j..8j + 8] | k(2pp + 1)[8j..8j + 8]].
         let mut kbuf = [[MaybeUninit::<__m512>::uninit(); N]; ATTENTION_BLOCK / 2];
@@ -415,14 +418,180 @@ pub unsafe fn attention_wide<L: common::Lanes, const N: usize>(
                 }
                 start = end;
             }
-            for (pair, &lp) in l.iter().enumerate().take(pairs) {
-                let lv = _mm512_set1_ps(lp);
-                let o_h = out[pair / heads].as_mut_ptr().add(pair % heads * hd);
-                for j in 0..N / 2 {
-                    let o = _mm512_loadu_ps(o_h.add(16 * j));
-                    _mm512_storeu_ps(o_h.add(16 * j), _mm512_div_ps(o, lv));
-                }
+            divide_by_sums::<N>(out, &l[..pairs], heads);
+        }
+    }
+}
+
+/// Each (query, head) pair's output (`out[pair / heads]`, head `pair % heads`) divided by its
+/// sum of probabilities `l[pair]`. Otherwise identical to common::divide_by_sums.
+///
+/// # Safety
+/// Every `out` row holds `heads * 8N` values; avx512f is enabled in the caller.
+#[inline(always)]
+unsafe fn divide_by_sums<const N: usize>(out: &mut [&mut [f32]], l: &[f32], heads: usize) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        for (pair, &lp) in l.iter().enumerate() {
+            let lv = _mm512_set1_ps(lp);
+            let o_h = out[pair / heads].as_mut_ptr().add(pair % heads * 8 * N);
+            for j in 0..N / 2 {
+                let o = _mm512_loadu_ps(o_h.add(16 * j));
+                _mm512_storeu_ps(o_h.add(16 * j), _mm512_div_ps(o, lv));
             }
+        }
+    }
+}
+
+/// Positions per sub-block of [`attention_sub`]: one [`fold16`] group, 16 rows of K or V as
+/// f32, 16 KiB each at head_dim 256, so both buffers stay in L1.
+const SUB_BLOCK: usize = 16;
+
+/// [`attention_wide`] for wide heads (head_dim >= 128): the block's K rows, then its V rows,
+/// are converted [`SUB_BLOCK`] positions at a time, and every (query, head) pair takes its
+/// scores (then its value step) over the sub-block before the next is converted, as
+/// common::attention_few does for decode, here for any number of pairs. The whole block's f32
+/// buffers (64 KiB each at head_dim 256) were read from L2 by every pair: 2 KiB per (pair,
+/// position). Each pair keeps its block's scores, then its probabilities, until the block's
+/// value step; its running output rests in its `out` row between sub-blocks (storing an f32 is
+/// exact) and takes the order of [`heads_step`]: a rescale before the block's first position,
+/// then one add per position, the positions in order. Otherwise identical to [`attention_wide`].
+///
+/// # Safety
+/// As [`attention_wide`]; heads >= 1.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn attention_sub<L: common::Lanes, const N: usize>(
+    q: &[&[f32]],
+    keys: &[L::Elem],
+    values: &[L::Elem],
+    n_pos: usize,
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [&mut [f32]],
+) {
+    // SAFETY: as attention_wide (the caller checked the shapes); avx512f and f16c are enabled
+    // in the caller. Buffer rows are written before they are read: all 16 K rows of a
+    // sub-block (zeros past its end), V rows up to its end.
+    unsafe {
+        let hd = 8 * N;
+        let heads = q[0].len() / hd;
+        // Position pair pp of the sub-block, chunk j: [k(2pp)[8j..8j + 8] | k(2pp + 1)[..]].
+        let mut kbuf = [[MaybeUninit::<__m512>::uninit(); N]; SUB_BLOCK / 2];
+        // Position t's 8N values, contiguous.
+        let mut vbuf = [[MaybeUninit::<__m256>::uninit(); N]; SUB_BLOCK];
+        // Per pair: the block's scores, then its probabilities in their place.
+        let mut p = [[0.0f32; ATTENTION_BLOCK]; common::PAIRS_PER_PASS];
+        let mut rescale = [0.0f32; common::PAIRS_PER_PASS];
+        let per_pass = (common::PAIRS_PER_PASS / heads).max(1);
+        for (pass, (q, out)) in q.chunks(per_pass).zip(out.chunks_mut(per_pass)).enumerate() {
+            let first = n_pos + pass * per_pass; // positions the pass's first query sees
+            let most = first + q.len() - 1; // positions its last query sees
+            let pairs = q.len() * heads;
+            let mut m = [f32::NEG_INFINITY; common::PAIRS_PER_PASS];
+            let mut l = [0.0f32; common::PAIRS_PER_PASS];
+            for o in out.iter_mut() {
+                o.fill(0.0);
+            }
+            // Query i sees positions ..first + i: of the sub-block from s0 to s1, how many.
+            let seen = |i: usize, s0: usize, s1: usize| s1.min(first + i).saturating_sub(s0);
+            let mut start = 0;
+            while start < most {
+                let end = (start + ATTENTION_BLOCK).min(most);
+                // Scores, a sub-block at a time.
+                for s0 in (start..end).step_by(SUB_BLOCK) {
+                    let s1 = (s0 + SUB_BLOCK).min(end);
+                    for t in 0..SUB_BLOCK {
+                        let k = kbuf[t / 2].as_mut_ptr().cast::<f32>().add(8 * (t % 2));
+                        let at = (s0 + t) * stride + offset;
+                        for j in 0..N {
+                            let kt = if s0 + t < s1 {
+                                L::load8(keys.as_ptr().add(at + 8 * j))
+                            } else {
+                                _mm256_setzero_ps()
+                            };
+                            _mm256_storeu_ps(k.add(16 * j), kt);
+                        }
+                        if s0 + t < s1 {
+                            common::prefetch_ahead(keys, values, s0 + t, most, stride);
+                        }
+                    }
+                    for (i, qi) in q.iter().enumerate() {
+                        if seen(i, s0, s1) == 0 {
+                            continue;
+                        }
+                        for h in 0..heads {
+                            // The head's chunk j in both halves.
+                            let q2: [__m512; N] = std::array::from_fn(|j| {
+                                let x = _mm512_castps256_ps512(_mm256_loadu_ps(
+                                    qi.as_ptr().add(h * hd + 8 * j),
+                                ));
+                                _mm512_shuffle_f32x4::<0x44>(x, x)
+                            });
+                            let s = if N >= PAIRED_SCORES_FROM {
+                                pair_sums::<N, 2>(&q2, &kbuf)
+                            } else {
+                                pair_sums::<N, 1>(&q2, &kbuf)
+                            };
+                            let r = _mm512_mul_ps(fold16(s), _mm512_set1_ps(scale));
+                            let scores = p[i * heads + h].as_mut_ptr().add(s0 - start);
+                            _mm512_storeu_ps(scores, r);
+                        }
+                    }
+                }
+                // Each pair's block maximum, rescale and probabilities, as heads_step's.
+                for (pair, pp) in p.iter_mut().enumerate().take(pairs) {
+                    let len = seen(pair / heads, start, end);
+                    if len > 0 {
+                        rescale[pair] = block_probabilities(pp, len, &mut m[pair], &mut l[pair]);
+                    }
+                }
+                // Value steps, a sub-block at a time; a pair's output stays in registers over
+                // the sub-block's positions.
+                for s0 in (start..end).step_by(SUB_BLOCK) {
+                    let s1 = (s0 + SUB_BLOCK).min(end);
+                    for t in s0..s1 {
+                        let at = t * stride + offset;
+                        for (j, vj) in vbuf[t - s0].iter_mut().enumerate() {
+                            vj.write(L::load8(values.as_ptr().add(at + 8 * j)));
+                        }
+                    }
+                    for (i, oi) in out.iter_mut().enumerate() {
+                        let len = seen(i, s0, s1);
+                        if len == 0 {
+                            continue;
+                        }
+                        for h in 0..heads {
+                            let pair = i * heads + h;
+                            let o_h = oi.as_mut_ptr().add(h * hd);
+                            // (N registers declared, N / 2 used: an array's length cannot
+                            // be N / 2 for a generic N.)
+                            let mut o = [_mm512_setzero_ps(); N];
+                            for (j, oj) in o.iter_mut().enumerate().take(N / 2) {
+                                *oj = _mm512_loadu_ps(o_h.add(16 * j));
+                                if s0 == start {
+                                    *oj = _mm512_mul_ps(*oj, _mm512_set1_ps(rescale[pair]));
+                                }
+                            }
+                            for (t, &pt) in p[pair][s0 - start..][..len].iter().enumerate() {
+                                l[pair] += pt;
+                                let pv = _mm512_set1_ps(pt);
+                                let v = vbuf[t].as_ptr().cast::<f32>();
+                                for (j, oj) in o.iter_mut().enumerate().take(N / 2) {
+                                    let vj = _mm512_loadu_ps(v.add(16 * j));
+                                    *oj = _mm512_add_ps(*oj, _mm512_mul_ps(pv, vj));
+                                }
+                            }
+                            for (j, oj) in o.iter().enumerate().take(N / 2) {
+                                _mm512_storeu_ps(o_h.add(16 * j), *oj);
+                            }
+                        }
+                    }
+                }
+                start = end;
+            }
+            divide_by_sums::<N>(out, &l[..pairs], heads);
         }
     }
 }
@@ -450,7 +619,6 @@ unsafe fn heads_step<L: common::Lanes, const N: usize, const H: usize>(
     // they would not inherit the target features.
     unsafe {
         let mut scores = [[0.0f32; ATTENTION_BLOCK]; H];
-        let mut p = [[0.0f32; ATTENTION_BLOCK]; H];
         let mut o = [[_mm512_setzero_ps(); N]; H];
         for hh in 0..H {
             let head = h + hh;
@@ -461,57 +629,19 @@ unsafe fn heads_step<L: common::Lanes, const N: usize, const H: usize>(
                 *q2j = _mm512_shuffle_f32x4::<0x44>(x, x);
             }
             for g in 0..len.div_ceil(16) {
-                let mut s = [_mm512_setzero_ps(); 8];
-                for (pp, sp) in s.iter_mut().enumerate() {
-                    let kp = &kbuf[8 * g + pp];
-                    let mut acc = [_mm512_setzero_ps(); 4];
-                    for j in 0..N {
-                        let product = _mm512_mul_ps(q2[j], kp[j].assume_init());
-                        // A lane's first product starts its sum (rule 6's exception to rule 2).
-                        acc[j % 4] = if j < 4 {
-                            product
-                        } else {
-                            _mm512_add_ps(acc[j % 4], product)
-                        };
-                    }
-                    *sp =
-                        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-                }
+                let keys = &kbuf.as_chunks::<8>().0[g];
+                // (Narrow heads only, head_dim < 128: one row at a time.)
+                let s = pair_sums::<N, 1>(&q2, keys);
                 let r = _mm512_mul_ps(fold16(s), _mm512_set1_ps(scale));
                 _mm512_storeu_ps(scores[hh].as_mut_ptr().add(16 * g), r);
             }
-            // The reference's `if s > max { s } else { max }` per lane (vmaxps keeps its
-            // second operand unless the first is greater: never a NaN), then across lanes.
-            // Only which zero sign survives a tie of +0 and -0 can differ from the reference's
-            // order, and no result sees it: exp(+0) = exp(-0) = 1 and x - 0 = x otherwise.
-            let mut most16 = _mm512_set1_ps(f32::NEG_INFINITY);
-            for g in 0..len.div_ceil(16) {
-                let sv = _mm512_loadu_ps(scores[hh].as_ptr().add(16 * g));
-                let live = (len - 16 * g).min(16);
-                let mask = ((1u32 << live) - 1) as __mmask16;
-                most16 = _mm512_mask_max_ps(most16, mask, sv, most16);
-            }
-            // (A tree of maxima, not the reference's left-to-right scan: the same value, but
-            // for which zero survives a tie of +0 and -0, as above.)
-            let block_max = _mm512_reduce_max_ps(most16);
-            let m_new = if block_max > m[head] {
-                block_max
-            } else {
-                m[head]
-            };
-            let c = math::exp(m[head] - m_new);
-            l[head] *= c;
-            m[head] = m_new;
+            let c = block_probabilities(&mut scores[hh], len, &mut m[head], &mut l[head]);
             let cv = _mm512_set1_ps(c);
             for (j, oj) in o[hh].iter_mut().enumerate().take(N / 2) {
                 *oj = _mm512_mul_ps(_mm512_loadu_ps(out.add(head * hd + 16 * j)), cv);
             }
-            let mv = _mm512_set1_ps(m_new);
-            for j in (0..len).step_by(16) {
-                let sv = _mm512_loadu_ps(scores[hh].as_ptr().add(j));
-                _mm512_storeu_ps(p[hh].as_mut_ptr().add(j), exp16(_mm512_sub_ps(sv, mv)));
-            }
         }
+        let p = scores;
         for t in 0..len {
             let v = vbuf[t].as_ptr().cast::<f32>();
             for hh in 0..H {
@@ -529,6 +659,98 @@ unsafe fn heads_step<L: common::Lanes, const N: usize, const H: usize>(
             }
         }
         H
+    }
+}
+
+/// One pair's block step between its scores and its value step, in place: the block maximum
+/// of `scores[..len]`, the new running maximum `m`, the running sum `l` rescaled, and the
+/// probabilities exp(score - m) over the scores (16 per `exp16`, zeros past len's 16 included).
+/// Returns the rescale factor exp(old m - new m) for the running output. Otherwise identical
+/// to common::block_probabilities.
+///
+/// # Safety
+/// 0 < len <= ATTENTION_BLOCK; avx512f is enabled in the caller.
+#[inline(always)]
+unsafe fn block_probabilities(
+    scores: &mut [f32; ATTENTION_BLOCK],
+    len: usize,
+    m: &mut f32,
+    l: &mut f32,
+) -> f32 {
+    // SAFETY: forwarded to the caller; ATTENTION_BLOCK is a multiple of 16, so the whole
+    // groups of 16 read and written stay inside the block.
+    unsafe {
+        // The reference's `if s > max { s } else { max }` per lane (vmaxps keeps its second
+        // operand unless the first is greater: never a NaN), then across lanes. Only which
+        // zero sign survives a tie of +0 and -0 can differ from the reference's order, and no
+        // result sees it: exp(+0) = exp(-0) = 1 and x - 0 = x otherwise.
+        let mut most16 = _mm512_set1_ps(f32::NEG_INFINITY);
+        for g in 0..len.div_ceil(16) {
+            let sv = _mm512_loadu_ps(scores.as_ptr().add(16 * g));
+            let live = (len - 16 * g).min(16);
+            let mask = ((1u32 << live) - 1) as __mmask16;
+            most16 = _mm512_mask_max_ps(most16, mask, sv, most16);
+        }
+        // (A tree of maxima, not the reference's left-to-right scan: the same value, but for
+        // which zero survives a tie of +0 and -0, as above.)
+        let block_max = _mm512_reduce_max_ps(most16);
+        let m_new = if block_max > *m { block_max } else { *m };
+        let c = math::exp(*m - m_new);
+        *l *= c;
+        *m = m_new;
+        let mv = _mm512_set1_ps(m_new);
+        for j in (0..len).step_by(16) {
+            let sv = _mm512_loadu_ps(scores.as_ptr().add(j));
+            _mm512_storeu_ps(scores.as_mut_ptr().add(j), exp16(_mm512_sub_ps(sv, mv)));
+        }
+        c
+    }
+}
+
+/// The head_dim / 8 from which [`pair_sums`] takes two rows of keys side by side (see there).
+const PAIRED_SCORES_FROM: usize = 24;
+
+/// [`fold16`]'s input for 16 positions: `s[pp]` = `(acc0 + acc1) + (acc2 + acc3)` of the key
+/// row `keys[pp]` (positions 2pp and 2pp + 1), lane r of acc k summing the products of the
+/// chunks j = k mod 4 in order, its first product starting the sum (rule 6's exception to
+/// rule 2). Otherwise identical to common::score_sums: the chunks go by whole fours, so every
+/// accumulator's index is a constant (a loop over j with `j % 4` kept the four on the stack, a
+/// load and a store per product), and `P` rows go side by side, so each chunk of q is loaded
+/// once for P keys (at head_dim 256 q's 32 registers are all AVX-512 has).
+///
+/// # Safety
+/// The keys' rows are initialized; avx512f is enabled in the caller.
+#[inline(always)]
+unsafe fn pair_sums<const N: usize, const P: usize>(
+    q2: &[__m512; N],
+    keys: &[[MaybeUninit<__m512>; N]; 8],
+) -> [__m512; 8] {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let mut s8 = [_mm512_setzero_ps(); 8];
+        let (sums, _) = s8.as_chunks_mut::<P>();
+        for (sums, keys) in sums.iter_mut().zip(keys.as_chunks::<P>().0) {
+            let mut acc = [[_mm512_setzero_ps(); 4]; P];
+            for j4 in 0..N.div_ceil(4) {
+                for r in 0..4 {
+                    let j = 4 * j4 + r;
+                    if j < N {
+                        for (a, k) in acc.iter_mut().zip(keys) {
+                            let product = _mm512_mul_ps(q2[j], k[j].assume_init());
+                            a[r] = if j4 == 0 {
+                                product
+                            } else {
+                                _mm512_add_ps(a[r], product)
+                            };
+                        }
+                    }
+                }
+            }
+            for (s, a) in sums.iter_mut().zip(&acc) {
+                *s = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+            }
+        }
+        s8
     }
 }
 
