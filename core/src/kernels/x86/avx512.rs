@@ -325,7 +325,7 @@ unsafe fn join_si(a: __m256i, b: __m256i) -> __m512i {
 /// microbench of the 22 layers' calls, 8.1-9.7 / 8.7-10.4 ns per (head, position)). As
 /// common::attention, the rows a block ahead are prefetched while a block is converted
 /// (common::prefetch_ahead), and the probabilities take 16 positions per `exp16` (half the
-/// instructions of two `exp8`). From head_dim 128 on, [`attention_sub`] takes the call.
+/// instructions of two `exp8`). From head_dim 128 on, `attention_sub` takes the call.
 ///
 /// # Safety
 /// As common::attention: shapes checked by the caller, avx512f and f16c enabled in it.
